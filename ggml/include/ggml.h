@@ -1,0 +1,267 @@
+// pinfer's tensor runtime: a GGML-style library of our own.
+//
+// Concepts: a context is an arena that owns tensor headers (and, unless
+// no_alloc, their data); operations build tensors lazily; a graph is the
+// topologically ordered list of nodes reachable from its outputs; a planner
+// places intermediates into one reusable buffer; a persistent thread pool
+// executes the graph node by node.
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GGML_MAX_DIMS 4
+#define GGML_MAX_SRC 6
+#define GGML_MAX_OP_PARAMS 16  // int32 slots
+#define GGML_MAX_NAME 64
+#define GGML_DEFAULT_ALIGN 64
+
+// Tensor types. The numeric values are the GGUF on-disk type ids.
+enum ggml_type {
+    GGML_TYPE_F32 = 0,
+    GGML_TYPE_F16 = 1,
+    GGML_TYPE_Q4_0 = 2,
+    GGML_TYPE_Q4_1 = 3,
+    GGML_TYPE_Q5_0 = 6,
+    GGML_TYPE_Q5_1 = 7,
+    GGML_TYPE_Q8_0 = 8,
+    GGML_TYPE_Q8_1 = 9,
+    GGML_TYPE_Q2_K = 10,
+    GGML_TYPE_Q3_K = 11,
+    GGML_TYPE_Q4_K = 12,
+    GGML_TYPE_Q5_K = 13,
+    GGML_TYPE_Q6_K = 14,
+    GGML_TYPE_Q8_K = 15,
+    GGML_TYPE_I8 = 24,
+    GGML_TYPE_I16 = 25,
+    GGML_TYPE_I32 = 26,
+    GGML_TYPE_I64 = 27,
+    GGML_TYPE_F64 = 28,
+    GGML_TYPE_BF16 = 30,
+    GGML_TYPE_COUNT = 40,
+};
+
+typedef uint16_t ggml_fp16_t;
+typedef uint16_t ggml_bf16_t;
+
+// Row kernels of a type. A "row" of n elements (n a multiple of blck_size).
+typedef void (*ggml_to_float_t)(const void *x, float *y, int64_t n);
+typedef void (*ggml_from_float_t)(const float *x, void *y, int64_t n);
+// s = dot(x, y) over n elements; x is of the weight type, y of its vec_dot_type.
+typedef void (*ggml_vec_dot_t)(int64_t n, float *s, const void *x, const void *y);
+
+struct ggml_type_traits {
+    const char *name;
+    int64_t blck_size;          // elements per block (1 for plain types)
+    size_t type_size;           // bytes per block
+    bool is_quantized;
+    bool supported;             // false for ids that are reserved/unknown
+    ggml_to_float_t to_float;   // dequantize a row (NULL if not available)
+    ggml_from_float_t from_float_ref;  // portable reference quantizer (NULL if none)
+    ggml_from_float_t from_float;      // fastest available quantizer
+    ggml_vec_dot_t vec_dot;            // fastest available dot kernel
+    ggml_vec_dot_t vec_dot_ref;        // portable scalar dot kernel
+    enum ggml_type vec_dot_type;       // what activations are converted to
+};
+
+// NULL for an id outside [0, GGML_TYPE_COUNT) or an unsupported id.
+const struct ggml_type_traits *ggml_get_type_traits(enum ggml_type type);
+bool ggml_type_is_valid(int type);     // id known and supported
+const char *ggml_type_name(enum ggml_type type);
+int64_t ggml_blck_size(enum ggml_type type);
+size_t ggml_type_size(enum ggml_type type);
+size_t ggml_row_size(enum ggml_type type, int64_t ne);  // bytes of ne elements
+
+// Name -> type ("q4_0", "Q4_K", "f16", ...), case-insensitive; -1 if unknown.
+int ggml_type_from_name(const char *name);
+
+// Which kernel family the runtime picked for this CPU ("avx512", "avx2", "scalar").
+const char *ggml_cpu_backend_name(void);
+// Force the portable scalar kernels (for tests): 1 = scalar, 0 = best available.
+void ggml_cpu_force_scalar(int on);
+
+float ggml_fp16_to_fp32(ggml_fp16_t h);
+ggml_fp16_t ggml_fp32_to_fp16(float f);
+float ggml_bf16_to_fp32(ggml_bf16_t h);
+ggml_bf16_t ggml_fp32_to_bf16(float f);
+
+// Quantize nrows rows of n_per_row floats into dst; returns bytes written.
+size_t ggml_quantize_chunk(enum ggml_type type, const float *src, void *dst,
+                           int64_t nrows, int64_t n_per_row);
+
+enum ggml_op {
+    GGML_OP_NONE = 0,
+    GGML_OP_DUP,        // same-type contiguous copy (cont)
+    GGML_OP_CPY,        // copy src0 into src1 (a view), converting type
+    GGML_OP_ADD,
+    GGML_OP_MUL,
+    GGML_OP_SCALE,
+    GGML_OP_RMS_NORM,
+    GGML_OP_NORM,
+    GGML_OP_MUL_MAT,
+    GGML_OP_GET_ROWS,
+    GGML_OP_ROPE,
+    GGML_OP_SOFT_MAX,
+    GGML_OP_RELU,
+    GGML_OP_SILU,
+    GGML_OP_GELU,
+    GGML_OP_SWIGLU,     // silu(a) * b
+    GGML_OP_REGLU,      // relu(a) * b
+    GGML_OP_GEGLU,      // gelu(a) * b
+    GGML_OP_ARGMAX,
+    GGML_OP_VIEW,
+    GGML_OP_RESHAPE,
+    GGML_OP_PERMUTE,
+    GGML_OP_TRANSPOSE,
+    GGML_OP_COUNT,
+};
+
+const char *ggml_op_name(enum ggml_op op);
+
+enum ggml_tensor_flag {
+    GGML_TENSOR_FLAG_INPUT = 1,   // written by the caller before compute
+    GGML_TENSOR_FLAG_OUTPUT = 2,  // read by the caller after compute: never reused
+};
+
+struct ggml_tensor {
+    enum ggml_type type;
+    int64_t ne[GGML_MAX_DIMS];  // elements per dimension
+    size_t nb[GGML_MAX_DIMS];   // stride in bytes per dimension
+    enum ggml_op op;
+    int32_t op_params[GGML_MAX_OP_PARAMS];
+    int32_t flags;
+    struct ggml_tensor *src[GGML_MAX_SRC];
+    struct ggml_tensor *view_src;  // tensor whose memory this one aliases
+    size_t view_offs;
+    void *data;
+    char name[GGML_MAX_NAME];
+    void *extra;  // owned by whoever set it (e.g. a backend)
+};
+
+// ---- context (arena) ----
+struct ggml_init_params {
+    size_t mem_size;    // bytes for tensor headers (+ data unless no_alloc)
+    void *mem_buffer;   // NULL: allocated and owned by the context
+    bool no_alloc;      // true: tensors get no data (planner or caller sets it)
+};
+struct ggml_context;
+
+struct ggml_context *ggml_init(struct ggml_init_params params);
+void ggml_free(struct ggml_context *ctx);
+size_t ggml_used_mem(const struct ggml_context *ctx);
+size_t ggml_tensor_overhead(void);  // bytes a tensor header takes in a context
+bool ggml_get_no_alloc(struct ggml_context *ctx);
+void ggml_set_no_alloc(struct ggml_context *ctx, bool no_alloc);
+// Iterate over the tensors of a context in creation order.
+struct ggml_tensor *ggml_get_first_tensor(const struct ggml_context *ctx);
+struct ggml_tensor *ggml_get_next_tensor(const struct ggml_context *ctx, struct ggml_tensor *t);
+struct ggml_tensor *ggml_get_tensor(struct ggml_context *ctx, const char *name);
+
+// Errors in graph construction (shape mismatch, arena full) abort with a
+// message: they are programming errors, not user input errors.
+struct ggml_tensor *ggml_new_tensor(struct ggml_context *ctx, enum ggml_type type, int n_dims,
+                                    const int64_t *ne);
+struct ggml_tensor *ggml_new_tensor_1d(struct ggml_context *ctx, enum ggml_type type, int64_t ne0);
+struct ggml_tensor *ggml_new_tensor_2d(struct ggml_context *ctx, enum ggml_type type, int64_t ne0,
+                                       int64_t ne1);
+struct ggml_tensor *ggml_new_tensor_3d(struct ggml_context *ctx, enum ggml_type type, int64_t ne0,
+                                       int64_t ne1, int64_t ne2);
+struct ggml_tensor *ggml_new_tensor_4d(struct ggml_context *ctx, enum ggml_type type, int64_t ne0,
+                                       int64_t ne1, int64_t ne2, int64_t ne3);
+struct ggml_tensor *ggml_dup_tensor(struct ggml_context *ctx, const struct ggml_tensor *src);
+struct ggml_tensor *ggml_set_name(struct ggml_tensor *t, const char *name);
+void ggml_set_input(struct ggml_tensor *t);
+void ggml_set_output(struct ggml_tensor *t);
+
+int64_t ggml_nelements(const struct ggml_tensor *t);
+int64_t ggml_nrows(const struct ggml_tensor *t);  // ne1*ne2*ne3
+size_t ggml_nbytes(const struct ggml_tensor *t);
+int ggml_n_dims(const struct ggml_tensor *t);
+bool ggml_is_contiguous(const struct ggml_tensor *t);
+bool ggml_is_contiguous_rows(const struct ggml_tensor *t);  // nb[0] == element/block size
+bool ggml_are_same_shape(const struct ggml_tensor *a, const struct ggml_tensor *b);
+bool ggml_can_repeat(const struct ggml_tensor *small, const struct ggml_tensor *big);
+
+// ---- operations (lazy: they only record the node) ----
+struct ggml_tensor *ggml_add(struct ggml_context *ctx, struct ggml_tensor *a, struct ggml_tensor *b);  // b broadcast
+struct ggml_tensor *ggml_mul(struct ggml_context *ctx, struct ggml_tensor *a, struct ggml_tensor *b);  // b broadcast
+struct ggml_tensor *ggml_scale(struct ggml_context *ctx, struct ggml_tensor *a, float s);
+struct ggml_tensor *ggml_rms_norm(struct ggml_context *ctx, struct ggml_tensor *a, float eps);
+struct ggml_tensor *ggml_norm(struct ggml_context *ctx, struct ggml_tensor *a, float eps);
+// a [K, M, A2, A3] (any weight type, rows contiguous), b [K, N, B2, B3] F32 ->
+// F32 [M, N, B2, B3]; a is broadcast over dims 2,3 (B2 % A2 == 0, B3 % A3 == 0).
+struct ggml_tensor *ggml_mul_mat(struct ggml_context *ctx, struct ggml_tensor *a, struct ggml_tensor *b);
+// a [K, R, ...] any type, idx I32 [n] -> F32 [K, n]
+struct ggml_tensor *ggml_get_rows(struct ggml_context *ctx, struct ggml_tensor *a, struct ggml_tensor *idx);
+enum ggml_rope_mode { GGML_ROPE_NORMAL = 0, GGML_ROPE_NEOX = 2 };
+// a [head_dim, n_head, n_tokens] F32, pos I32 [n_tokens]; rotates the first n_dims of each head.
+struct ggml_tensor *ggml_rope(struct ggml_context *ctx, struct ggml_tensor *a, struct ggml_tensor *pos,
+                              int n_dims, int mode, float freq_base, float freq_scale);
+// softmax(a * scale + mask) along dim 0; mask F32 [ne0, ne1] broadcast over dims 2,3, may be NULL.
+struct ggml_tensor *ggml_soft_max_ext(struct ggml_context *ctx, struct ggml_tensor *a,
+                                      struct ggml_tensor *mask, float scale);
+struct ggml_tensor *ggml_relu(struct ggml_context *ctx, struct ggml_tensor *a);
+struct ggml_tensor *ggml_silu(struct ggml_context *ctx, struct ggml_tensor *a);
+struct ggml_tensor *ggml_gelu(struct ggml_context *ctx, struct ggml_tensor *a);  // tanh approximation
+struct ggml_tensor *ggml_swiglu(struct ggml_context *ctx, struct ggml_tensor *a, struct ggml_tensor *b);
+struct ggml_tensor *ggml_reglu(struct ggml_context *ctx, struct ggml_tensor *a, struct ggml_tensor *b);
+struct ggml_tensor *ggml_geglu(struct ggml_context *ctx, struct ggml_tensor *a, struct ggml_tensor *b);
+struct ggml_tensor *ggml_argmax(struct ggml_context *ctx, struct ggml_tensor *a);  // I32 [ne1]
+// Copy a into b (same element count; F32 <-> F16/BF16/F32); returns a view of b.
+struct ggml_tensor *ggml_cpy(struct ggml_context *ctx, struct ggml_tensor *a, struct ggml_tensor *b);
+struct ggml_tensor *ggml_cont(struct ggml_context *ctx, struct ggml_tensor *a);
+struct ggml_tensor *ggml_reshape_2d(struct ggml_context *ctx, struct ggml_tensor *a, int64_t ne0, int64_t ne1);
+struct ggml_tensor *ggml_reshape_3d(struct ggml_context *ctx, struct ggml_tensor *a, int64_t ne0, int64_t ne1,
+                                    int64_t ne2);
+struct ggml_tensor *ggml_reshape_4d(struct ggml_context *ctx, struct ggml_tensor *a, int64_t ne0, int64_t ne1,
+                                    int64_t ne2, int64_t ne3);
+struct ggml_tensor *ggml_view_1d(struct ggml_context *ctx, struct ggml_tensor *a, int64_t ne0, size_t offset);
+struct ggml_tensor *ggml_view_2d(struct ggml_context *ctx, struct ggml_tensor *a, int64_t ne0, int64_t ne1,
+                                 size_t nb1, size_t offset);
+struct ggml_tensor *ggml_view_3d(struct ggml_context *ctx, struct ggml_tensor *a, int64_t ne0, int64_t ne1,
+                                 int64_t ne2, size_t nb1, size_t nb2, size_t offset);
+struct ggml_tensor *ggml_view_4d(struct ggml_context *ctx, struct ggml_tensor *a, int64_t ne0, int64_t ne1,
+                                 int64_t ne2, int64_t ne3, size_t nb1, size_t nb2, size_t nb3, size_t offset);
+// Dimension i of a goes to position axis_i of the result.
+struct ggml_tensor *ggml_permute(struct ggml_context *ctx, struct ggml_tensor *a, int axis0, int axis1,
+                                 int axis2, int axis3);
+struct ggml_tensor *ggml_transpose(struct ggml_context *ctx, struct ggml_tensor *a);
+
+// ---- graphs ----
+struct ggml_cgraph;
+struct ggml_cgraph *ggml_new_graph(struct ggml_context *ctx);  // default capacity 8192 nodes
+struct ggml_cgraph *ggml_new_graph_custom(struct ggml_context *ctx, size_t size);
+void ggml_build_forward_expand(struct ggml_cgraph *g, struct ggml_tensor *t);
+int ggml_graph_n_nodes(const struct ggml_cgraph *g);
+struct ggml_tensor *ggml_graph_node(const struct ggml_cgraph *g, int i);  // i < 0: from the end
+size_t ggml_graph_overhead(void);
+
+// ---- planner: place graph intermediates by liveness in one reusable buffer ----
+struct ggml_gallocr;
+struct ggml_gallocr *ggml_gallocr_new(void);
+void ggml_gallocr_free(struct ggml_gallocr *a);
+// Gives data to every node/leaf of g that has none. Reuses its buffer and only
+// grows it when g needs more. Returns false on out of memory.
+bool ggml_gallocr_alloc_graph(struct ggml_gallocr *a, struct ggml_cgraph *g);
+size_t ggml_gallocr_buffer_size(const struct ggml_gallocr *a);
+
+// ---- execution ----
+struct ggml_threadpool;
+// n_threads workers (the calling thread is worker 0); threads persist until freed.
+struct ggml_threadpool *ggml_threadpool_new(int n_threads);
+void ggml_threadpool_free(struct ggml_threadpool *tp);
+int ggml_threadpool_n_threads(const struct ggml_threadpool *tp);
+// Computes all nodes of g in order; returns 0 on success. The work buffer is
+// owned by the thread pool and grows only when a graph needs more.
+int ggml_graph_compute(struct ggml_cgraph *g, struct ggml_threadpool *tp);
+// Convenience for tests and tools: one-off pool with n_threads.
+int ggml_graph_compute_with_threads(struct ggml_cgraph *g, int n_threads);
+
+#ifdef __cplusplus
+}
+#endif

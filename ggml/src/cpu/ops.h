@@ -1,0 +1,58 @@
+// CPU op kernels. Each kernel is called by every worker of the pool with its
+// index ith in [0, nth) and must write only its own share of dst, so that the
+// result never depends on the thread count.
+#pragma once
+
+#include "ggml.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct ggml_compute_params {
+    int ith, nth;
+    void *wdata;   // shared scratch of ggml_op_work_size() bytes
+    size_t wsize;
+    struct ggml_threadpool *tp;
+};
+
+// Wait until all workers of the pool reach this point (inside one op).
+void ggml_barrier(struct ggml_threadpool *tp);
+
+// Scratch bytes an op needs for n_threads workers (0 for most ops).
+size_t ggml_op_work_size(const struct ggml_tensor *node, int n_threads);
+
+// Split [0, n) into nth nearly equal chunks; chunk ith is [*begin, *end).
+static inline void ggml_split_range(int64_t n, int ith, int nth, int64_t *begin, int64_t *end) {
+    const int64_t per = (n + nth - 1) / nth;
+    *begin = per * ith < n ? per * ith : n;
+    *end = *begin + per < n ? *begin + per : n;
+}
+
+#define GGML_DECLARE_FORWARD(name) \
+    void ggml_compute_forward_##name(const struct ggml_compute_params *params, struct ggml_tensor *dst);
+GGML_DECLARE_FORWARD(dup)
+GGML_DECLARE_FORWARD(cpy)
+GGML_DECLARE_FORWARD(add)
+GGML_DECLARE_FORWARD(mul)
+GGML_DECLARE_FORWARD(scale)
+GGML_DECLARE_FORWARD(rms_norm)
+GGML_DECLARE_FORWARD(norm)
+GGML_DECLARE_FORWARD(mul_mat)
+GGML_DECLARE_FORWARD(get_rows)
+GGML_DECLARE_FORWARD(rope)
+GGML_DECLARE_FORWARD(soft_max)
+GGML_DECLARE_FORWARD(relu)
+GGML_DECLARE_FORWARD(silu)
+GGML_DECLARE_FORWARD(gelu)
+GGML_DECLARE_FORWARD(swiglu)
+GGML_DECLARE_FORWARD(reglu)
+GGML_DECLARE_FORWARD(geglu)
+GGML_DECLARE_FORWARD(argmax)
+#undef GGML_DECLARE_FORWARD
+
+size_t ggml_mul_mat_work_size(const struct ggml_tensor *node, int n_threads);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,3 @@
+#include "bind.h"
+
+void bind_gguf(nb::module_ &m) {}

@@ -1,0 +1,3 @@
+#include "bind.h"
+
+void bind_graph(nb::module_ &m) {}

@@ -1,0 +1,3 @@
+#include "bind.h"
+
+void bind_sampling(nb::module_ &m) {}

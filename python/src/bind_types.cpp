@@ -1,0 +1,3 @@
+#include "bind.h"
+
+void bind_types(nb::module_ &m) {}

@@ -1,0 +1,3 @@
+#include "bind.h"
+
+void bind_vocab(nb::module_ &m) {}
