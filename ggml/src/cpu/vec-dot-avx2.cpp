@@ -409,13 +409,13 @@ inline float hmax(__m256 v) {
 }
 
 // Quantize 32 floats with scale id into 32 int8 (in element order); returns
-// their sum when want_sum.
-inline int quant32(const float *x, float id, int8_t *q, bool round_even) {
+// the sum of the quants.
+inline int quant32(const float *x, float id, int8_t *q) {
     const __m256 vid = _mm256_set1_ps(id);
     __m256i i32[4];
     for (int k = 0; k < 4; k++) {
         __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), vid);
-        v = round_even ? _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC) : round_away(v);
+        v = round_away(v);
         i32[k] = _mm256_cvtps_epi32(v);
     }
     const __m256i s = _mm256_add_epi32(_mm256_add_epi32(i32[0], i32[1]), _mm256_add_epi32(i32[2], i32[3]));
@@ -434,7 +434,7 @@ void quantize_row_q8_0(const float *x, void *vy, int64_t n) {
         for (int k = 1; k < 4; k++) m = _mm256_max_ps(m, abs_ps(_mm256_loadu_ps(x + 8 * k)));
         const float amax = hmax(m), d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         y[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
-        quant32(x, id, y[i].qs, false);
+        quant32(x, id, y[i].qs);
     }
 }
 
@@ -445,7 +445,7 @@ void quantize_row_q8_1(const float *x, void *vy, int64_t n) {
         for (int k = 1; k < 4; k++) m = _mm256_max_ps(m, abs_ps(_mm256_loadu_ps(x + 8 * k)));
         const float amax = hmax(m), d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         y[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
-        const int sum = quant32(x, id, y[i].qs, false);
+        const int sum = quant32(x, id, y[i].qs);
         y[i].s = _cvtss_sh((float)sum * d, _MM_FROUND_TO_NEAREST_INT);
     }
 }
@@ -455,23 +455,24 @@ void quantize_row_q8_K(const float *x, void *vy, int64_t n) {
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         __m256 m = abs_ps(_mm256_loadu_ps(x));
         for (int k = 1; k < QK_K / 8; k++) m = _mm256_max_ps(m, abs_ps(_mm256_loadu_ps(x + 8 * k)));
-        const float amax = hmax(m);
-        if (amax == 0.0f) {
-            memset(&y[i], 0, sizeof(block_q8_K));
-            continue;
-        }
-        // the signed value of largest magnitude maps to -127 (first one wins, as in the reference)
-        float vmax = 0;
-        for (int j = 0; j < QK_K; j++) if (fabsf(x[j]) == amax) { vmax = x[j]; break; }
-        const float iscale = -127.0f / vmax;
-        for (int c = 0; c < QK_K / 32; c++) quant32(x + 32 * c, iscale, y[i].qs + 32 * c, true);
+        const float amax = hmax(m), d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = d;
+        for (int c = 0; c < QK_K / 32; c++) quant32(x + 32 * c, id, y[i].qs + 32 * c);
         for (int k = 0; k < QK_K / 16; k++) {
             const __m128i v = _mm_loadu_si128((const __m128i *)(y[i].qs + 16 * k));
-            const __m256i w = _mm256_madd_epi16(_mm256_cvtepi8_epi16(v), _mm256_set1_epi16(1));
-            y[i].bsums[k] = (int16_t)hsum_i32(w);
+            y[i].bsums[k] = (int16_t)hsum_i32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(v), _mm256_set1_epi16(1)));
         }
-        y[i].d = 1.0f / iscale;
     }
+}
+
+// fp32 -> fp16 with round-to-nearest-even (the hardware conversion is exact
+// for subnormals, inf and nan like the reference).
+void f16_from_float(const float *x, void *vy, int64_t n) {
+    ggml_fp16_t *y = (ggml_fp16_t *)vy;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
 }  // namespace
@@ -493,4 +494,5 @@ void ggml_cpu_set_kernels_avx2(struct ggml_type_traits *t) {
     t[GGML_TYPE_Q8_0].from_float = quantize_row_q8_0;
     t[GGML_TYPE_Q8_1].from_float = quantize_row_q8_1;
     t[GGML_TYPE_Q8_K].from_float = quantize_row_q8_K;
+    t[GGML_TYPE_F16].from_float = f16_from_float;
 }
