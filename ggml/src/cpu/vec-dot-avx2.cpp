@@ -74,14 +74,17 @@ void vec_dot_q4_1_q8_1(int64_t n, float *s, const void *vx, const void *vy) {
     const block_q4_1 *x = (const block_q4_1 *)vx;
     const block_q8_1 *y = (const block_q8_1 *)vy;
     const int64_t nb = n / QK8_1;
+    // m * dy * sum(qy) from the exact integer sum, not the rounded fp16 s
+    const __m256i ones = _mm256_set1_epi8(1);
     __m256 acc = _mm256_setzero_ps();
-    float summ = 0;
     for (int64_t i = 0; i < nb; i++) {
-        const __m256i p = dot_u8s8(unpack_nibbles(x[i].qs), _mm256_loadu_si256((const __m256i *)y[i].qs));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(x[i].d) * fp16(y[i].d)), _mm256_cvtepi32_ps(p), acc);
-        summ += fp16(x[i].m) * fp16(y[i].s);
+        const __m256i yv = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        const __m256i p = dot_u8s8(unpack_nibbles(x[i].qs), yv);
+        const float dy = fp16(y[i].d);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(x[i].d) * dy), _mm256_cvtepi32_ps(p), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(x[i].m) * dy), _mm256_cvtepi32_ps(dot_u8s8(ones, yv)), acc);
     }
-    *s = hsum(acc) + summ;
+    *s = hsum(acc);
 }
 
 void vec_dot_q5_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
@@ -105,18 +108,20 @@ void vec_dot_q5_1_q8_1(int64_t n, float *s, const void *vx, const void *vy) {
     const block_q5_1 *x = (const block_q5_1 *)vx;
     const block_q8_1 *y = (const block_q8_1 *)vy;
     const int64_t nb = n / QK8_1;
+    const __m256i ones = _mm256_set1_epi8(1);
     __m256 acc = _mm256_setzero_ps();
-    float summ = 0;
     for (int64_t i = 0; i < nb; i++) {
         uint32_t qh;
         memcpy(&qh, x[i].qh, 4);
         const __m256i hi = _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(16));
         const __m256i q = _mm256_or_si256(unpack_nibbles(x[i].qs), hi);
-        const __m256i p = dot_u8s8(q, _mm256_loadu_si256((const __m256i *)y[i].qs));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(x[i].d) * fp16(y[i].d)), _mm256_cvtepi32_ps(p), acc);
-        summ += fp16(x[i].m) * fp16(y[i].s);
+        const __m256i yv = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        const __m256i p = dot_u8s8(q, yv);
+        const float dy = fp16(y[i].d);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(x[i].d) * dy), _mm256_cvtepi32_ps(p), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(x[i].m) * dy), _mm256_cvtepi32_ps(dot_u8s8(ones, yv)), acc);
     }
-    *s = hsum(acc) + summ;
+    *s = hsum(acc);
 }
 
 void vec_dot_q8_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
