@@ -1,0 +1,175 @@
+// The CPU executor: a persistent thread pool that runs a graph node by node,
+// every worker taking its share of each node, with a barrier between nodes.
+#include <sched.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "ggml-impl.h"
+#include "ops.h"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+static inline void cpu_relax() { _mm_pause(); }
+#else
+static inline void cpu_relax() {}
+#endif
+
+typedef void (*forward_fn)(const ggml_compute_params *, ggml_tensor *);
+
+// One table of kernels, indexed by op.
+static forward_fn forward_table(ggml_op op) {
+    switch (op) {
+        case GGML_OP_DUP: return ggml_compute_forward_dup;
+        case GGML_OP_CPY: return ggml_compute_forward_cpy;
+        case GGML_OP_ADD: return ggml_compute_forward_add;
+        case GGML_OP_MUL: return ggml_compute_forward_mul;
+        case GGML_OP_SCALE: return ggml_compute_forward_scale;
+        case GGML_OP_RMS_NORM: return ggml_compute_forward_rms_norm;
+        case GGML_OP_NORM: return ggml_compute_forward_norm;
+        case GGML_OP_MUL_MAT: return ggml_compute_forward_mul_mat;
+        case GGML_OP_GET_ROWS: return ggml_compute_forward_get_rows;
+        case GGML_OP_ROPE: return ggml_compute_forward_rope;
+        case GGML_OP_SOFT_MAX: return ggml_compute_forward_soft_max;
+        case GGML_OP_RELU: return ggml_compute_forward_relu;
+        case GGML_OP_SILU: return ggml_compute_forward_silu;
+        case GGML_OP_GELU: return ggml_compute_forward_gelu;
+        case GGML_OP_SWIGLU: return ggml_compute_forward_swiglu;
+        case GGML_OP_REGLU: return ggml_compute_forward_reglu;
+        case GGML_OP_GEGLU: return ggml_compute_forward_geglu;
+        case GGML_OP_ARGMAX: return ggml_compute_forward_argmax;
+        default: return nullptr;
+    }
+}
+
+struct ggml_threadpool {
+    int n_threads = 1;
+    std::vector<std::thread> workers;
+
+    // job hand-off: workers wait for `generation` to change
+    std::mutex mu;
+    std::condition_variable cv;
+    std::atomic<uint64_t> generation{0};
+    bool stop = false;
+    ggml_cgraph *graph = nullptr;
+
+    // sense-reversing barrier
+    std::atomic<int> arrived{0};
+    std::atomic<int> phase{0};
+
+    void *wdata = nullptr;
+    size_t wsize = 0;
+};
+
+void ggml_barrier(ggml_threadpool *tp) {
+    if (tp->n_threads == 1) return;
+    const int ph = tp->phase.load(std::memory_order_acquire);
+    if (tp->arrived.fetch_add(1, std::memory_order_acq_rel) == tp->n_threads - 1) {
+        tp->arrived.store(0, std::memory_order_relaxed);
+        tp->phase.fetch_add(1, std::memory_order_release);
+        return;
+    }
+    // Spin briefly (nodes are short), then yield so oversubscribed pools progress.
+    int spins = 0;
+    while (tp->phase.load(std::memory_order_acquire) == ph) {
+        if (++spins < 2048) cpu_relax();
+        else sched_yield();
+    }
+}
+
+static void run_graph(ggml_threadpool *tp, int ith) {
+    ggml_cgraph *g = tp->graph;
+    ggml_compute_params params = {ith, tp->n_threads, tp->wdata, tp->wsize, tp};
+    const int n = ggml_graph_n_nodes(g);
+    for (int i = 0; i < n; i++) {
+        ggml_tensor *node = ggml_graph_node(g, i);
+        if (ggml_op_is_view(node->op)) continue;
+        forward_table(node->op)(&params, node);
+        ggml_barrier(tp);
+    }
+}
+
+static void worker_main(ggml_threadpool *tp, int ith) {
+    uint64_t seen = 0;
+    for (;;) {
+        // Spin a little for back-to-back graphs (decode), then sleep.
+        int spins = 0;
+        while (tp->generation.load(std::memory_order_acquire) == seen && spins < 20000) {
+            cpu_relax();
+            spins++;
+        }
+        if (tp->generation.load(std::memory_order_acquire) == seen) {
+            std::unique_lock<std::mutex> lock(tp->mu);
+            tp->cv.wait(lock, [&] { return tp->stop || tp->generation.load() != seen; });
+        }
+        if (tp->stop) return;
+        seen = tp->generation.load(std::memory_order_acquire);
+        run_graph(tp, ith);
+        ggml_barrier(tp);  // job done: the caller may return
+    }
+}
+
+ggml_threadpool *ggml_threadpool_new(int n_threads) {
+    if (n_threads < 1) n_threads = 1;
+    ggml_threadpool *tp = new ggml_threadpool();
+    tp->n_threads = n_threads;
+    for (int i = 1; i < n_threads; i++) tp->workers.emplace_back(worker_main, tp, i);
+    return tp;
+}
+
+void ggml_threadpool_free(ggml_threadpool *tp) {
+    if (!tp) return;
+    {
+        std::lock_guard<std::mutex> lock(tp->mu);
+        tp->stop = true;
+        tp->generation.fetch_add(1);
+    }
+    tp->cv.notify_all();
+    for (auto &w : tp->workers) w.join();
+    free(tp->wdata);
+    delete tp;
+}
+
+int ggml_threadpool_n_threads(const ggml_threadpool *tp) { return tp->n_threads; }
+
+int ggml_graph_compute(ggml_cgraph *g, ggml_threadpool *tp) {
+    const int n = ggml_graph_n_nodes(g);
+    size_t need = 0;
+    for (int i = 0; i < n; i++) {
+        ggml_tensor *node = ggml_graph_node(g, i);
+        if (ggml_op_is_view(node->op)) continue;
+        if (!forward_table(node->op)) return 1;  // op without a CPU kernel
+        if (!node->data) return 2;                // not planned
+        size_t w = ggml_op_work_size(node, tp->n_threads);
+        if (w > need) need = w;
+    }
+    if (need > tp->wsize) {
+        void *p = aligned_alloc(GGML_DEFAULT_ALIGN, (need + GGML_DEFAULT_ALIGN - 1) / GGML_DEFAULT_ALIGN * GGML_DEFAULT_ALIGN);
+        if (!p) return 3;
+        free(tp->wdata);
+        tp->wdata = p;
+        tp->wsize = need;
+    }
+    tp->graph = g;
+    if (tp->n_threads > 1) {
+        {
+            std::lock_guard<std::mutex> lock(tp->mu);
+            tp->generation.fetch_add(1, std::memory_order_release);
+        }
+        tp->cv.notify_all();
+    }
+    run_graph(tp, 0);
+    ggml_barrier(tp);
+    return 0;
+}
+
+int ggml_graph_compute_with_threads(ggml_cgraph *g, int n_threads) {
+    ggml_threadpool *tp = ggml_threadpool_new(n_threads);
+    int rc = ggml_graph_compute(g, tp);
+    ggml_threadpool_free(tp);
+    return rc;
+}

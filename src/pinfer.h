@@ -1,0 +1,115 @@
+// pinfer's C API: load a GGUF model, tokenize, evaluate, sample.
+// Used by tools/ (pinfer-cli, pinfer-bench) and the Python extension.
+//
+// Errors: functions that can fail return NULL or a negative number and leave
+// a message naming the problem, readable with pinfer_last_error() (per thread).
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef int32_t pinfer_token;
+
+struct pinfer_model;
+struct pinfer_context;
+struct pinfer_sampler;
+
+const char *pinfer_last_error(void);
+
+// ---- model ----
+struct pinfer_model *pinfer_model_load(const char *path);
+void pinfer_model_free(struct pinfer_model *model);
+
+const char *pinfer_model_arch(const struct pinfer_model *model);  // "llama", ...
+const char *pinfer_model_desc(const struct pinfer_model *model);  // one-line summary
+int32_t pinfer_model_n_vocab(const struct pinfer_model *model);
+int32_t pinfer_model_n_ctx_train(const struct pinfer_model *model);
+int32_t pinfer_model_n_embd(const struct pinfer_model *model);
+int32_t pinfer_model_n_layer(const struct pinfer_model *model);
+uint64_t pinfer_model_n_params(const struct pinfer_model *model);
+uint64_t pinfer_model_size(const struct pinfer_model *model);  // bytes of weights
+// A string metadata value (e.g. "tokenizer.chat_template"), or NULL.
+const char *pinfer_model_meta_str(const struct pinfer_model *model, const char *key);
+
+// ---- vocabulary ----
+// Writes up to n_max tokens; returns the count, or -(count needed) if n_max
+// is too small.
+int32_t pinfer_tokenize(const struct pinfer_model *model, const char *text, int32_t text_len, pinfer_token *tokens,
+                        int32_t n_max, bool add_special, bool parse_special);
+// The bytes of one token (no NUL); returns the length or -(length needed).
+int32_t pinfer_token_to_piece(const struct pinfer_model *model, pinfer_token token, char *buf, int32_t len,
+                              bool special);
+pinfer_token pinfer_token_bos(const struct pinfer_model *model);  // -1 if none
+pinfer_token pinfer_token_eos(const struct pinfer_model *model);
+bool pinfer_token_is_eog(const struct pinfer_model *model, pinfer_token token);  // EOS, EOT, ...
+
+// Format a chat with the model's template. Returns the length of the prompt
+// written to buf (or -(length needed)); < -1e9 never. On an unknown template
+// returns INT32_MIN and sets the error.
+struct pinfer_chat_message {
+    const char *role;
+    const char *content;
+};
+int32_t pinfer_chat_apply_template(const struct pinfer_model *model, const char *tmpl,  // NULL: the model's
+                                   const struct pinfer_chat_message *msgs, size_t n_msgs, bool add_generation_prompt,
+                                   char *buf, int32_t len);
+
+// ---- context (KV cache, compute buffers, thread pool) ----
+struct pinfer_context_params {
+    uint32_t n_ctx;      // 0: the model's training context (capped at 4096)
+    uint32_t n_batch;    // max tokens per decode call for prompt processing
+    int32_t n_threads;   // <= 0: number of cores
+    int32_t type_kv;     // KV cache element type: 1 = F16 (default), 0 = F32
+};
+struct pinfer_context_params pinfer_context_default_params(void);
+struct pinfer_context *pinfer_context_new(struct pinfer_model *model, struct pinfer_context_params params);
+void pinfer_context_free(struct pinfer_context *ctx);
+uint32_t pinfer_n_ctx(const struct pinfer_context *ctx);
+int32_t pinfer_n_past(const struct pinfer_context *ctx);  // tokens in the KV cache
+// Forget cached tokens at positions >= n_keep.
+void pinfer_kv_truncate(struct pinfer_context *ctx, int32_t n_keep);
+
+// Evaluate n tokens at positions n_past.. (split into n_batch chunks).
+// all_logits: keep logits for every token, else only the last one.
+// Returns 0 on success, < 0 on error (e.g. context full).
+int32_t pinfer_decode(struct pinfer_context *ctx, const pinfer_token *tokens, int32_t n, bool all_logits);
+// Logits [n_vocab] of token i of the last decode (-1: the last one); NULL if not kept.
+float *pinfer_get_logits(struct pinfer_context *ctx, int32_t i);
+
+struct pinfer_timings {
+    double t_load_ms;
+    double t_prompt_ms;
+    int32_t n_prompt;   // tokens evaluated in calls with n > 1
+    double t_eval_ms;
+    int32_t n_eval;     // tokens evaluated one at a time
+};
+struct pinfer_timings pinfer_get_timings(const struct pinfer_context *ctx);
+void pinfer_reset_timings(struct pinfer_context *ctx);
+
+// ---- sampling ----
+struct pinfer_sampler_params {
+    float temperature;      // <= 0: greedy
+    int32_t top_k;          // <= 0: off
+    float top_p;            // >= 1: off
+    float min_p;            // <= 0: off
+    float repeat_penalty;   // 1: off
+    int32_t repeat_last_n;
+    float frequency_penalty;
+    float presence_penalty;
+    uint32_t seed;          // UINT32_MAX: random
+};
+struct pinfer_sampler_params pinfer_sampler_default_params(void);
+struct pinfer_sampler *pinfer_sampler_new(const struct pinfer_model *model, struct pinfer_sampler_params params);
+void pinfer_sampler_free(struct pinfer_sampler *s);
+pinfer_token pinfer_sampler_sample(struct pinfer_sampler *s, const float *logits, int32_t n_vocab);
+void pinfer_sampler_accept(struct pinfer_sampler *s, pinfer_token token);
+void pinfer_sampler_reset(struct pinfer_sampler *s);
+
+#ifdef __cplusplus
+}
+#endif
