@@ -280,6 +280,10 @@ def test_open_errors(tmp_path):
         _core.GGUFReader(str(tmp_path / "missing.gguf"))
     with pytest.raises(OSError, match="not a regular file"):
         _core.GGUFReader(str(tmp_path))
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # must not block waiting for a writer
+    with pytest.raises(OSError, match="not a regular file"):
+        _core.GGUFReader(str(fifo))
 
 
 def test_writer_failure_leaves_nothing(tmp_path):
