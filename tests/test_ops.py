@@ -417,6 +417,8 @@ def make_rows(type_name, n_rows, n_per_row, g):
         return h.tobytes(), h.astype(np.float64)
     qt = QT[type_name]
     bs, ts = quants.GGML_QUANT_SIZES[qt]
+    if type_name == "Q8_1":
+        ts = 36  # fp16 d and s (ggml-quants.h); gguf-py still lists the old 40-byte float layout
     if type_name in ("BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"):
         raw = quants.quantize(x, qt)
         return raw.tobytes(), quants.dequantize(raw, qt).astype(np.float64)
