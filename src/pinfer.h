@@ -64,6 +64,7 @@ struct pinfer_context_params {
     uint32_t n_ctx;      // 0: the model's training context (capped at 4096)
     uint32_t n_batch;    // max tokens per decode call for prompt processing
     int32_t n_threads;   // <= 0: number of cores
+    int32_t type_kv;     // KV cache element type: 1 = F16 (default), 0 = F32
 };
 struct pinfer_context_params pinfer_context_default_params(void);
 struct pinfer_context *pinfer_context_new(struct pinfer_model *model, struct pinfer_context_params params);

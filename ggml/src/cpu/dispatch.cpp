@@ -1,4 +1,25 @@
-// Picks SIMD kernels for this CPU (placeholder until the SIMD module lands).
+// Picks the best SIMD kernels this CPU can run, once at start-up. The SIMD
+// files are compiled with their own -m flags, so nothing here may touch a
+// wide register: we only test CPU features and call the matching family.
 #include "kernels.h"
+#include "vec-dot-simd.h"
 
-extern "C" const char *ggml_cpu_init_kernels(struct ggml_type_traits *table) { return "scalar"; }
+extern "C" const char *ggml_cpu_init_kernels(struct ggml_type_traits *table) {
+#ifdef GGML_SIMD_X86
+    __builtin_cpu_init();
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                      __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
+    const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                        __builtin_cpu_supports("avx512vnni");
+    if (avx512) {
+        ggml_cpu_set_kernels_avx512(table, __builtin_cpu_supports("avx512bf16"));
+        return "avx512";
+    }
+    if (avx2) {
+        ggml_cpu_set_kernels_avx2(table);
+        return "avx2";
+    }
+#endif
+    return "scalar";
+}

@@ -1,0 +1,134 @@
+// MUL_MAT on the CPU: dst[i, j, i2, i3] = dot(a row i of batch (i2/r2, i3/r3), b row j of batch (i2, i3)).
+//
+// 1. The activations b are converted once to the weight type's vec_dot_type
+//    (e.g. Q8_0 for Q4_0) into the shared scratch, rows split among threads.
+// 2. After a barrier, the output is split among threads; every element is one
+//    call of the same vec_dot kernel, so the result never depends on the
+//    thread count or the split.
+// Mat-vec streams each thread's contiguous range of weight rows once (the
+// hardware prefetcher sees one sequential stream per thread). Mat-mat walks
+// tiles of ROW_TILE weight rows x COL_TILE activation rows so that a tile of
+// weights stays in L1/L2 while it meets several activation columns.
+#include <string.h>
+
+#include <algorithm>
+
+#include "ggml-impl.h"
+#include "ops.h"
+
+namespace {
+
+constexpr int64_t ROW_TILE = 16;
+constexpr int64_t COL_TILE = 8;
+constexpr size_t ALIGN = GGML_DEFAULT_ALIGN;
+
+inline size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
+
+struct plan {
+    ggml_type vdt;
+    size_t vrow;     // bytes of one converted b row
+    bool direct;     // b is used in place (F32 dot on contiguous F32 rows)
+    bool gather;     // b rows are strided: copy each to a contiguous float row first
+    size_t conv;     // bytes of converted activations at the start of wdata
+};
+
+plan make_plan(const ggml_tensor *a, const ggml_tensor *b) {
+    plan p;
+    p.vdt = ggml_get_type_traits(a->type)->vec_dot_type;
+    const int64_t K = b->ne[0];
+    p.vrow = ggml_row_size(p.vdt, K);
+    p.gather = b->nb[0] != sizeof(float);
+    p.direct = p.vdt == GGML_TYPE_F32 && !p.gather;
+    p.conv = p.direct ? 0 : align_up(p.vrow * (size_t)(b->ne[1] * b->ne[2] * b->ne[3]));
+    return p;
+}
+
+}  // namespace
+
+extern "C" size_t ggml_mul_mat_work_size(const ggml_tensor *node, int n_threads) {
+    const ggml_tensor *a = node->src[0], *b = node->src[1];
+    const plan p = make_plan(a, b);
+    size_t w = p.conv;
+    if (p.gather) w += (size_t)n_threads * align_up(sizeof(float) * (size_t)b->ne[0]);
+    return w;
+}
+
+extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, ggml_tensor *dst) {
+    const ggml_tensor *a = dst->src[0], *b = dst->src[1];
+    const ggml_type_traits *ta = ggml_get_type_traits(a->type);
+    if (!ta || !ta->vec_dot) ggml_abort("mul_mat: no dot kernel for type %s", ggml_type_name(a->type));
+    const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1], B2 = b->ne[2], B3 = b->ne[3];
+    if (K % ta->blck_size) ggml_abort("mul_mat: K=%lld is not a multiple of the %s block size", (long long)K, ta->name);
+    const int64_t r2 = B2 / a->ne[2], r3 = B3 / a->ne[3];
+    const plan p = make_plan(a, b);
+    const int ith = params->ith, nth = params->nth;
+    char *wdata = (char *)params->wdata;
+
+    // ---- 1. convert the activations once ----
+    if (!p.direct) {
+        const ggml_from_float_t from_float = p.vdt == GGML_TYPE_F32 ? nullptr : ggml_get_type_traits(p.vdt)->from_float;
+        if (p.vdt != GGML_TYPE_F32 && !from_float) ggml_abort("mul_mat: no converter to %s", ggml_type_name(p.vdt));
+        float *tmp = p.gather ? (float *)(wdata + p.conv + (size_t)ith * align_up(sizeof(float) * (size_t)K)) : nullptr;
+        int64_t r0, r1;
+        ggml_split_range(N * B2 * B3, ith, nth, &r0, &r1);
+        for (int64_t r = r0; r < r1; r++) {
+            const int64_t j = r % N, i2 = (r / N) % B2, i3 = r / (N * B2);
+            const char *src = (const char *)b->data + j * b->nb[1] + i2 * b->nb[2] + i3 * b->nb[3];
+            const float *row = (const float *)src;
+            if (p.gather) {
+                for (int64_t k = 0; k < K; k++) tmp[k] = *(const float *)(src + k * b->nb[0]);
+                row = tmp;
+            }
+            char *out = wdata + (size_t)r * p.vrow;
+            if (from_float) from_float(row, out, K);
+            else memcpy(out, row, sizeof(float) * (size_t)K);
+        }
+        ggml_barrier(params->tp);
+    }
+
+    const ggml_vec_dot_t vec_dot = ta->vec_dot;
+    auto arow = [&](int64_t i, int64_t i2, int64_t i3) {
+        return (const char *)a->data + i * a->nb[1] + (i2 / r2) * a->nb[2] + (i3 / r3) * a->nb[3];
+    };
+    auto brow = [&](int64_t j, int64_t i2, int64_t i3) -> const char * {
+        if (p.direct) return (const char *)b->data + j * b->nb[1] + i2 * b->nb[2] + i3 * b->nb[3];
+        return wdata + (size_t)(((i3 * B2 + i2) * N) + j) * p.vrow;
+    };
+    auto out = [&](int64_t i, int64_t j, int64_t i2, int64_t i3) {
+        return (float *)((char *)dst->data + i * dst->nb[0] + j * dst->nb[1] + i2 * dst->nb[2] + i3 * dst->nb[3]);
+    };
+
+    // ---- 2. the dot products ----
+    // Split flattened (batch, row) space when it has enough rows for every
+    // thread; otherwise (few weight rows, many columns) split the columns.
+    const int64_t R = B2 * B3 * M;
+    const bool by_rows = N == 1 || R >= 4 * (int64_t)nth;
+    int64_t lo, hi;
+    ggml_split_range(by_rows ? R : N, ith, nth, &lo, &hi);
+    const int64_t rbeg = by_rows ? lo : 0, rend = by_rows ? hi : R;
+    const int64_t jbeg = by_rows ? 0 : lo, jend = by_rows ? N : hi;
+    if (rbeg >= rend || jbeg >= jend) return;
+
+    for (int64_t r = rbeg; r < rend;) {
+        // rows [r, rr) lie in one batch
+        const int64_t batch = r / M, i0 = r % M;
+        const int64_t i2 = batch % B2, i3 = batch / B2;
+        const int64_t i1 = std::min(M, i0 + (rend - r));
+        if (N == 1) {
+            const char *y = brow(0, i2, i3);
+            for (int64_t i = i0; i < i1; i++) vec_dot(K, out(i, 0, i2, i3), arow(i, i2, i3), y);
+        } else {
+            for (int64_t ib = i0; ib < i1; ib += ROW_TILE) {
+                const int64_t ie = std::min(i1, ib + ROW_TILE);
+                for (int64_t jb = jbeg; jb < jend; jb += COL_TILE) {
+                    const int64_t je = std::min(jend, jb + COL_TILE);
+                    for (int64_t i = ib; i < ie; i++) {
+                        const char *x = arow(i, i2, i3);
+                        for (int64_t j = jb; j < je; j++) vec_dot(K, out(i, j, i2, i3), x, brow(j, i2, i3));
+                    }
+                }
+            }
+        }
+        r += i1 - i0;
+    }
+}

@@ -1,0 +1,12 @@
+// Scratch each op needs from the executor's shared work buffer.
+#include "ops.h"
+
+extern "C" size_t ggml_rope_work_size(const struct ggml_tensor *node, int n_threads);  // ops-rope.cpp
+
+extern "C" size_t ggml_op_work_size(const ggml_tensor *node, int n_threads) {
+    switch (node->op) {
+        case GGML_OP_MUL_MAT: return ggml_mul_mat_work_size(node, n_threads);
+        case GGML_OP_ROPE: return ggml_rope_work_size(node, n_threads);
+        default: return 0;  // all other ops work in place on dst
+    }
+}

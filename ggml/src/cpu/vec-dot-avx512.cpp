@@ -1,0 +1,144 @@
+// AVX-512 (F/BW/VL/DQ/VNNI) kernels for the hot types: two 32-element blocks
+// per 512-bit register, integer dots with vpdpbusd (u8 x s8 -> s32). Types
+// not listed here keep their AVX2 kernels.
+// GCC 12 warns on the deliberately undefined registers inside its own
+// AVX-512 intrinsic headers; silence that false positive here only.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#include <string.h>
+
+#include "ggml-quants.h"
+#include "vec-dot-simd.h"
+
+namespace {
+
+inline float fp16(ggml_fp16_t h) { return _cvtsh_ss(h); }
+
+inline __m512i load2_256(const void *a, const void *b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
+                              _mm256_loadu_si256((const __m256i *)b), 1);
+}
+
+// Packed nibbles of two q4 blocks -> 64 bytes in element order (a_lo a_hi b_lo b_hi).
+inline __m512i unpack2_nibbles(const uint8_t *qa, const uint8_t *qb) {
+    const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)qa)),
+                                              _mm_loadu_si128((const __m128i *)qb), 1);
+    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
+    z = _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
+    return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
+}
+
+inline __m512 scale2(float s0, float s1) {
+    return _mm512_insertf32x8(_mm512_set1_ps(s0), _mm256_set1_ps(s1), 1);
+}
+
+inline __m256i unpack_nibbles(const uint8_t *qs) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0F));
+}
+
+// x (unsigned nibbles 0..15) . y - 8 * sum(y) = (x - 8) . y
+void vec_dot_q4_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
+    const block_q4_0 *x = (const block_q4_0 *)vx;
+    const block_q8_0 *y = (const block_q8_0 *)vy;
+    const int64_t nb = n / QK8_0;
+    const __m512i eight = _mm512_set1_epi8(8);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 3 < nb; i += 4) {
+        const __m512i ya = load2_256(y[i].qs, y[i + 1].qs), yb = load2_256(y[i + 2].qs, y[i + 3].qs);
+        const __m512i xa = unpack2_nibbles(x[i].qs, x[i + 1].qs), xb = unpack2_nibbles(x[i + 2].qs, x[i + 3].qs);
+        const __m512i z = _mm512_setzero_si512();
+        const __m512i pa = _mm512_sub_epi32(_mm512_dpbusd_epi32(z, xa, ya), _mm512_dpbusd_epi32(z, eight, ya));
+        const __m512i pb = _mm512_sub_epi32(_mm512_dpbusd_epi32(z, xb, yb), _mm512_dpbusd_epi32(z, eight, yb));
+        acc0 = _mm512_fmadd_ps(scale2(fp16(x[i].d) * fp16(y[i].d), fp16(x[i + 1].d) * fp16(y[i + 1].d)), _mm512_cvtepi32_ps(pa), acc0);
+        acc1 = _mm512_fmadd_ps(scale2(fp16(x[i + 2].d) * fp16(y[i + 2].d), fp16(x[i + 3].d) * fp16(y[i + 3].d)), _mm512_cvtepi32_ps(pb), acc1);
+    }
+    __m256 acc2 = _mm256_setzero_ps();
+    for (; i < nb; i++) {
+        const __m256i yv = _mm256_loadu_si256((const __m256i *)y[i].qs), z = _mm256_setzero_si256();
+        const __m256i p = _mm256_sub_epi32(_mm256_dpbusd_epi32(z, unpack_nibbles(x[i].qs), yv),
+                                           _mm256_dpbusd_epi32(z, _mm256_set1_epi8(8), yv));
+        acc2 = _mm256_fmadd_ps(_mm256_set1_ps(fp16(x[i].d) * fp16(y[i].d)), _mm256_cvtepi32_ps(p), acc2);
+    }
+    *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + _mm512_reduce_add_ps(_mm512_insertf32x8(_mm512_setzero_ps(), acc2, 0));
+}
+
+// x + 128 is unsigned: (x + 128) . y - 128 * sum(y) = x . y
+void vec_dot_q8_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
+    const block_q8_0 *x = (const block_q8_0 *)vx;
+    const block_q8_0 *y = (const block_q8_0 *)vy;
+    const int64_t nb = n / QK8_0;
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 3 < nb; i += 4) {
+        const __m512i ya = load2_256(y[i].qs, y[i + 1].qs), yb = load2_256(y[i + 2].qs, y[i + 3].qs);
+        const __m512i xa = _mm512_xor_si512(load2_256(x[i].qs, x[i + 1].qs), bias);
+        const __m512i xb = _mm512_xor_si512(load2_256(x[i + 2].qs, x[i + 3].qs), bias);
+        const __m512i z = _mm512_setzero_si512();
+        const __m512i pa = _mm512_sub_epi32(_mm512_dpbusd_epi32(z, xa, ya), _mm512_dpbusd_epi32(z, bias, ya));
+        const __m512i pb = _mm512_sub_epi32(_mm512_dpbusd_epi32(z, xb, yb), _mm512_dpbusd_epi32(z, bias, yb));
+        acc0 = _mm512_fmadd_ps(scale2(fp16(x[i].d) * fp16(y[i].d), fp16(x[i + 1].d) * fp16(y[i + 1].d)), _mm512_cvtepi32_ps(pa), acc0);
+        acc1 = _mm512_fmadd_ps(scale2(fp16(x[i + 2].d) * fp16(y[i + 2].d), fp16(x[i + 3].d) * fp16(y[i + 3].d)), _mm512_cvtepi32_ps(pb), acc1);
+    }
+    __m256 acc2 = _mm256_setzero_ps();
+    for (; i < nb; i++) {
+        const __m256i b = _mm256_set1_epi8((char)0x80), z = _mm256_setzero_si256();
+        const __m256i yv = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        const __m256i xv = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)x[i].qs), b);
+        const __m256i p = _mm256_sub_epi32(_mm256_dpbusd_epi32(z, xv, yv), _mm256_dpbusd_epi32(z, b, yv));
+        acc2 = _mm256_fmadd_ps(_mm256_set1_ps(fp16(x[i].d) * fp16(y[i].d)), _mm256_cvtepi32_ps(p), acc2);
+    }
+    *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + _mm512_reduce_add_ps(_mm512_insertf32x8(_mm512_setzero_ps(), acc2, 0));
+}
+
+// Plain float types: 64 elements per iteration in four accumulators, a
+// masked load for the tail.
+template <typename Load>
+inline float dot_float(int64_t n, Load load) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        a0 = _mm512_fmadd_ps(load(i, 0xFFFF), load(i, 0xFFFF, 1), a0);
+        a1 = _mm512_fmadd_ps(load(i + 16, 0xFFFF), load(i + 16, 0xFFFF, 1), a1);
+        a2 = _mm512_fmadd_ps(load(i + 32, 0xFFFF), load(i + 32, 0xFFFF, 1), a2);
+        a3 = _mm512_fmadd_ps(load(i + 48, 0xFFFF), load(i + 48, 0xFFFF, 1), a3);
+    }
+    for (; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        a0 = _mm512_fmadd_ps(load(i, m), load(i, m, 1), a0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+void vec_dot_f32(int64_t n, float *s, const void *vx, const void *vy) {
+    const float *p[2] = {(const float *)vx, (const float *)vy};
+    *s = dot_float(n, [&](int64_t i, __mmask16 m, int w = 0) { return _mm512_maskz_loadu_ps(m, p[w] + i); });
+}
+
+void vec_dot_f16(int64_t n, float *s, const void *vx, const void *vy) {
+    const ggml_fp16_t *p[2] = {(const ggml_fp16_t *)vx, (const ggml_fp16_t *)vy};
+    *s = dot_float(n, [&](int64_t i, __mmask16 m, int w = 0) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p[w] + i)); });
+}
+
+void vec_dot_bf16(int64_t n, float *s, const void *vx, const void *vy) {
+    const ggml_bf16_t *p[2] = {(const ggml_bf16_t *)vx, (const ggml_bf16_t *)vy};
+    *s = dot_float(n, [&](int64_t i, __mmask16 m, int w = 0) {
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p[w] + i)), 16));
+    });
+}
+
+}  // namespace
+
+void ggml_cpu_set_kernels_avx512(struct ggml_type_traits *t, bool has_bf16) {
+    ggml_cpu_set_kernels_avx2(t);
+    t[GGML_TYPE_Q4_0].vec_dot = vec_dot_q4_0_q8_0;
+    t[GGML_TYPE_Q8_0].vec_dot = vec_dot_q8_0_q8_0;
+    t[GGML_TYPE_F32].vec_dot = vec_dot_f32;
+    t[GGML_TYPE_F16].vec_dot = vec_dot_f16;
+    // bf16 -> f32 is a shift, exact; vdpbf16ps would round the products
+    // differently and the kernel is memory-bound anyway, so has_bf16 is unused.
+    t[GGML_TYPE_BF16].vec_dot = vec_dot_bf16;
+}

@@ -1,0 +1,44 @@
+// The architecture interface: everything model-specific sits behind it
+// (hyperparameters, tensor names and shapes, the graph builder), so the
+// loader, KV cache and sampler never change when an architecture is added.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ggml.h"
+#include "llama-hparams.h"
+
+namespace pinfer {
+
+class model_loader;
+struct model;
+struct kv_cache;
+
+// Inputs of one forward pass over a batch of n_tokens at positions
+// [pos0, pos0 + n_tokens), with n_kv = pos0 + n_tokens cached positions visible.
+struct graph_inputs {
+    ggml_tensor *tokens;   // I32 [n_tokens]
+    ggml_tensor *pos;      // I32 [n_tokens]
+    ggml_tensor *kq_mask;  // F32 [n_kv, n_tokens], 0 or -inf (causal)
+    int n_tokens;
+    int pos0;
+    int n_kv;
+    int n_outputs;         // logits for the last n_outputs tokens
+};
+
+struct arch_impl {
+    const char *name;
+    // Fills hp from metadata "<arch>.*" (n_vocab is set by the caller).
+    void (*load_hparams)(const model_loader &ml, hparams &hp);
+    // Creates the weight tensors in m.ctx from the file (names and shapes).
+    void (*load_tensors)(model_loader &ml, model &m);
+    // Returns the logits tensor F32 [n_vocab, n_outputs].
+    ggml_tensor *(*build_graph)(ggml_context *ctx, ggml_cgraph *gf, const model &m, kv_cache &kv,
+                                const graph_inputs &in);
+};
+
+const arch_impl *find_arch(const std::string &name);  // nullptr if unsupported
+std::vector<std::string> supported_archs();
+
+}  // namespace pinfer

@@ -1,0 +1,32 @@
+// The KV cache: per layer, K as [n_embd_gqa, n_ctx] (one row per position)
+// and V transposed as [n_ctx, n_embd_gqa] (one row per channel), so that both
+// attention products read contiguous rows.
+#pragma once
+
+#include <vector>
+
+#include "ggml.h"
+#include "llama-hparams.h"
+
+namespace pinfer {
+
+struct kv_cache {
+    ggml_context *ctx = nullptr;
+    ggml_type type = GGML_TYPE_F16;
+    uint32_t n_ctx = 0;
+    uint32_t n_past = 0;  // positions [0, n_past) hold valid entries
+    std::vector<ggml_tensor *> k, v;
+
+    kv_cache(const hparams &hp, uint32_t n_ctx, ggml_type type);  // throws on out of memory
+    ~kv_cache();
+    kv_cache(const kv_cache &) = delete;
+    kv_cache &operator=(const kv_cache &) = delete;
+
+    // Graph pieces: store this batch's K/V [n_embd_gqa, n_tokens] at pos0, and
+    // views of the first n_kv positions shaped for attention.
+    void store(ggml_context *ctx, ggml_cgraph *gf, int il, ggml_tensor *k_cur, ggml_tensor *v_cur, int pos0) const;
+    ggml_tensor *view_k(ggml_context *ctx, int il, int n_kv, int head_dim, int n_head_kv) const;  // [hd, n_kv, n_head_kv]
+    ggml_tensor *view_v(ggml_context *ctx, int il, int n_kv, int head_dim, int n_head_kv) const;  // [n_kv, hd, n_head_kv]
+};
+
+}  // namespace pinfer

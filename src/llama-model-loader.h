@@ -1,0 +1,54 @@
+// Reads a GGUF model file: typed metadata access with errors that name the
+// key, and tensors that point into the memory-mapped file (zero copy).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ggml.h"
+#include "gguf.h"
+
+namespace pinfer {
+
+class model_loader {
+public:
+    explicit model_loader(const std::string &path);  // throws std::runtime_error
+    ~model_loader();
+    model_loader(const model_loader &) = delete;
+    model_loader &operator=(const model_loader &) = delete;
+
+    const std::string &path() const { return path_; }
+    gguf_context *gguf() const { return gguf_; }
+
+    bool has_key(const std::string &key) const;
+    // Integer metadata of any integer type; throws if missing (required) or not an integer.
+    int64_t get_int(const std::string &key) const;
+    int64_t get_int(const std::string &key, int64_t fallback) const;
+    float get_float(const std::string &key, float fallback) const;  // f32/f64/int accepted
+    float get_float(const std::string &key) const;
+    bool get_bool(const std::string &key, bool fallback) const;
+    std::string get_str(const std::string &key) const;
+    std::string get_str(const std::string &key, const std::string &fallback) const;
+    std::vector<std::string> get_str_array(const std::string &key) const;  // empty if missing
+    std::vector<float> get_f32_array(const std::string &key) const;
+    std::vector<int32_t> get_i32_array(const std::string &key) const;
+
+    // A tensor header in ctx whose data is the mapped file. ne lists the
+    // expected shape (trailing dims omitted = 1); a mismatch or a missing
+    // required tensor throws naming the tensor. Returns nullptr if optional
+    // and absent.
+    ggml_tensor *tensor(ggml_context *ctx, const std::string &name, std::vector<int64_t> ne, bool required = true);
+    size_t n_tensors_used() const { return n_used_; }
+    size_t n_tensors() const;
+    uint64_t bytes_used() const { return bytes_used_; }
+
+private:
+    int64_t key_index(const std::string &key, bool required) const;
+    std::string path_;
+    gguf_context *gguf_ = nullptr;
+    size_t n_used_ = 0;
+    uint64_t bytes_used_ = 0;
+};
+
+}  // namespace pinfer

@@ -1,0 +1,303 @@
+#include "llama-sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace pinfer {
+
+namespace {
+
+// Strict weak order: higher logit first, lower id first on ties, so every sort and
+// partial sort gives the same order on every platform.
+inline bool better(const token_candidate & a, const token_candidate & b) {
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
+
+void check(bool ok, const char * msg) {
+    if (!ok) throw std::invalid_argument(msg);
+}
+
+}  // namespace
+
+sampler::sampler(const sampler_params & params) : params_(params) {
+    check(!std::isnan(params.temp), "sampler: temp is NaN");
+    check(!std::isnan(params.top_p), "sampler: top_p is NaN");
+    check(!std::isnan(params.min_p) && params.min_p <= 1.0f, "sampler: min_p must be <= 1");
+    check(params.repeat_penalty > 0.0f, "sampler: repeat_penalty must be > 0 (1 disables it)");
+    check(std::isfinite(params.frequency_penalty), "sampler: frequency_penalty must be finite");
+    check(std::isfinite(params.presence_penalty), "sampler: presence_penalty must be finite");
+    check(params.repeat_last_n >= 0, "sampler: repeat_last_n must be >= 0 (0 disables penalties)");
+    // The pick needs one candidate, so min_keep 0 behaves as 1.
+    if (params_.min_keep == 0) params_.min_keep = 1;
+
+    seed_ = params.seed;
+    if (seed_ == SAMPLER_RANDOM_SEED) {
+        std::random_device rd;
+        seed_ = rd();
+    }
+    rng_.seed(seed_);
+    history_.reserve(size_t(params.repeat_last_n));
+    scratch_.reserve(size_t(params.repeat_last_n));
+}
+
+void sampler::reset() {
+    history_.clear();
+    hist_head_ = 0;
+    rng_.seed(seed_);
+}
+
+void sampler::accept(int32_t token) {
+    const size_t n = size_t(params_.repeat_last_n);
+    if (n == 0) return;
+    if (history_.size() < n) {
+        history_.push_back(token);  // within the reserved capacity: no allocation
+    } else {
+        history_[hist_head_] = token;
+        hist_head_ = (hist_head_ + 1) % n;
+    }
+}
+
+void sampler::load(const float * logits, size_t n_vocab) {
+    check(logits != nullptr, "sampler: logits is null");
+    check(n_vocab > 0, "sampler: empty vocabulary");
+    check(n_vocab <= size_t(std::numeric_limits<int32_t>::max()), "sampler: vocabulary too large");
+    if (cur_.size() < n_vocab) cur_.resize(n_vocab);  // grows once, then reused
+    for (size_t i = 0; i < n_vocab; ++i) {
+        float l = logits[i];
+        // NaN would break the sort order; treat it as "never pick".
+        if (std::isnan(l)) l = -std::numeric_limits<float>::infinity();
+        cur_[i] = {int32_t(i), l, 0.0f};
+    }
+    n_cur_ = n_vocab;
+    n_sorted_ = 0;
+}
+
+void sampler::penalize() {
+    const float rp = params_.repeat_penalty, fp = params_.frequency_penalty,
+                pp = params_.presence_penalty;
+    if (history_.empty() || (rp == 1.0f && fp == 0.0f && pp == 0.0f)) return;
+
+    // Count occurrences by sorting a copy of the window (at most repeat_last_n entries,
+    // within reserved capacity). The candidates are still in id order here.
+    scratch_.assign(history_.begin(), history_.end());
+    std::sort(scratch_.begin(), scratch_.end());
+    for (size_t i = 0; i < scratch_.size();) {
+        const int32_t tok = scratch_[i];
+        size_t j = i;
+        while (j < scratch_.size() && scratch_[j] == tok) ++j;
+        const float count = float(j - i);
+        i = j;
+        if (tok < 0 || size_t(tok) >= n_cur_) continue;  // not in this vocabulary
+        float & l = cur_[size_t(tok)].logit;
+        // Dividing a negative logit would raise it, so negatives are multiplied instead.
+        if (rp != 1.0f) l = l > 0.0f ? l / rp : l * rp;
+        l -= count * fp + pp;
+    }
+}
+
+void sampler::sort_prefix(size_t m) {
+    m = std::min(m, n_cur_);
+    if (m <= n_sorted_) return;
+    auto first = cur_.begin(), last = cur_.begin() + std::ptrdiff_t(n_cur_);
+    if (m == n_cur_) {
+        std::sort(first, last, better);
+    } else {
+        std::partial_sort(first, first + std::ptrdiff_t(m), last, better);
+    }
+    n_sorted_ = m;
+}
+
+void sampler::softmax() {
+    float mx;
+    if (n_sorted_ > 0) {
+        mx = cur_[0].logit;
+    } else {
+        mx = -std::numeric_limits<float>::infinity();
+        for (size_t i = 0; i < n_cur_; ++i) mx = std::max(mx, cur_[i].logit);
+    }
+    if (!(mx > -std::numeric_limits<float>::infinity())) {
+        // Every logit is -inf: nothing is preferred, so spread evenly.
+        for (size_t i = 0; i < n_cur_; ++i) cur_[i].p = 1.0f / float(n_cur_);
+        return;
+    }
+    double sum = 0.0;
+    for (size_t i = 0; i < n_cur_; ++i) {
+        const float e = std::exp(cur_[i].logit - mx);
+        cur_[i].p = e;
+        sum += e;
+    }
+    const float inv = float(1.0 / sum);
+    for (size_t i = 0; i < n_cur_; ++i) cur_[i].p *= inv;
+}
+
+void sampler::top_k() {
+    const int32_t k = params_.top_k;
+    if (k <= 0 || size_t(k) >= n_cur_) return;
+    sort_prefix(size_t(k));  // O(n log k), not a full sort
+    n_cur_ = size_t(k);
+}
+
+void sampler::top_p() {
+    const float top_p = params_.top_p;
+    if (top_p >= 1.0f) return;
+    softmax();
+    // Sort only as far as the cumulative mass needs: start with a small prefix and
+    // double it, so a peaked distribution over a 150k vocabulary costs O(n log m).
+    size_t m = std::max<size_t>(64, params_.min_keep);
+    double cum = 0.0;
+    size_t i = 0;
+    for (;;) {
+        sort_prefix(m);
+        for (; i < n_sorted_; ++i) {
+            cum += cur_[i].p;
+            if (cum >= top_p && i + 1 >= params_.min_keep) {
+                n_cur_ = i + 1;
+                return;
+            }
+        }
+        if (n_sorted_ >= n_cur_) return;  // rounding kept the mass just under top_p: keep all
+        m = std::min(n_cur_, m * 2);
+    }
+}
+
+void sampler::min_p() {
+    const float min_p = params_.min_p;
+    if (min_p <= 0.0f) return;
+    softmax();
+    float pmax = 0.0f;
+    if (n_sorted_ > 0) {
+        pmax = cur_[0].p;
+    } else {
+        for (size_t i = 0; i < n_cur_; ++i) pmax = std::max(pmax, cur_[i].p);
+    }
+    const float thr = min_p * pmax;
+    size_t count = 0;
+    for (size_t i = 0; i < n_cur_; ++i) count += cur_[i].p >= thr;
+    if (count < params_.min_keep) {
+        sort_prefix(params_.min_keep);
+        n_cur_ = std::min(n_cur_, params_.min_keep);
+        return;
+    }
+    // Stable in-place filter. Survivors of a sorted prefix stay a sorted prefix: the
+    // threshold is monotone in the logit, so anything dropped from the prefix drops
+    // everything after it too.
+    size_t w = 0;
+    for (size_t i = 0; i < n_cur_; ++i) {
+        if (cur_[i].p >= thr) cur_[w++] = cur_[i];
+    }
+    n_cur_ = w;
+    n_sorted_ = std::min(n_sorted_, w);
+}
+
+void sampler::temperature() {
+    const float t = params_.temp;
+    if (t != 1.0f) {
+        const float inv = 1.0f / t;
+        for (size_t i = 0; i < n_cur_; ++i) cur_[i].logit *= inv;
+    }
+    softmax();
+}
+
+int32_t sampler::pick_greedy() const {
+    size_t best = 0;
+    for (size_t i = 1; i < n_cur_; ++i) {
+        if (better(cur_[i], cur_[best])) best = i;
+    }
+    return cur_[best].id;
+}
+
+int32_t sampler::pick_dist() {
+    // 53 random bits -> uniform double in [0, 1); mt19937 output is fully specified,
+    // so a seed gives the same tokens with every standard library.
+    const uint64_t hi = rng_() >> 5, lo = rng_() >> 6;  // 27 + 26 bits
+    const double u = double((hi << 26) | lo) * (1.0 / 9007199254740992.0);
+    double total = 0.0;
+    for (size_t i = 0; i < n_cur_; ++i) total += cur_[i].p;
+    const double target = u * total;
+    double cum = 0.0;
+    for (size_t i = 0; i < n_cur_; ++i) {
+        cum += cur_[i].p;
+        if (target < cum) return cur_[i].id;
+    }
+    // Rounding left target at the very top: take the last candidate with mass.
+    for (size_t i = n_cur_; i-- > 0;) {
+        if (cur_[i].p > 0.0f) return cur_[i].id;
+    }
+    return cur_[0].id;
+}
+
+void sampler::apply(const float * logits, size_t n_vocab) {
+    load(logits, n_vocab);
+    penalize();
+    if (params_.temp <= 0.0f) {
+        // Greedy: the filters cannot change the argmax, so the chain collapses to it.
+        const int32_t id = pick_greedy();
+        cur_[0] = {id, cur_[size_t(id)].logit, 1.0f};
+        n_cur_ = 1;
+        n_sorted_ = 1;
+        return;
+    }
+    top_k();
+    top_p();
+    min_p();
+    temperature();
+}
+
+int32_t sampler::sample(const float * logits, size_t n_vocab) {
+    apply(logits, n_vocab);
+    if (params_.temp <= 0.0f) return cur_[0].id;
+    return pick_dist();
+}
+
+// ---- stop strings ----
+
+stop_result find_stop(std::string_view text, const std::vector<std::string> & stops) {
+    stop_result r;
+    size_t best = std::string_view::npos;
+    for (size_t i = 0; i < stops.size(); ++i) {
+        if (stops[i].empty()) continue;
+        const size_t pos = text.find(stops[i]);
+        if (pos < best) {
+            best = pos;
+            r.which = int(i);
+        }
+    }
+    if (best != std::string_view::npos) {
+        r.emit = best;
+        r.stopped = true;
+        return r;
+    }
+
+    // Hold back the longest tail that is a proper prefix of some stop string.
+    size_t held = 0;
+    for (const std::string & s : stops) {
+        const size_t kmax = std::min(s.size() ? s.size() - 1 : 0, text.size());
+        for (size_t k = kmax; k > held; --k) {
+            if (text.compare(text.size() - k, k, s, 0, k) == 0) {
+                held = k;
+                break;
+            }
+        }
+    }
+    size_t emit = text.size() - held;
+
+    // Do not cut a UTF-8 character in half: find the last lead byte among the final
+    // (up to 4) bytes and hold it back if its sequence is not complete yet.
+    const size_t n = emit;
+    for (size_t back = 1; back <= 4 && back <= n; ++back) {
+        const unsigned char c = static_cast<unsigned char>(text[n - back]);
+        if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking
+        size_t len = 1;
+        if ((c & 0xE0) == 0xC0) len = 2;
+        else if ((c & 0xF0) == 0xE0) len = 3;
+        else if ((c & 0xF8) == 0xF0) len = 4;
+        if (len > back) emit = n - back;
+        break;
+    }
+    r.emit = emit;
+    return r;
+}
+
+}  // namespace pinfer

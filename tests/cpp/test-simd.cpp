@@ -1,0 +1,215 @@
+// Every SIMD kernel family this CPU can run (AVX2 and AVX-512 separately,
+// whatever dispatch picked) against the portable scalar reference: dot
+// products on random data over many lengths, and activation quantizers
+// byte for byte.
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <random>
+#include <vector>
+
+#include "ggml-quants.h"
+#include "ggml.h"
+#include "vec-dot-simd.h"
+
+static int g_fail = 0;
+#define CHECK(cond, ...)                                         \
+    do {                                                         \
+        if (!(cond)) {                                           \
+            g_fail++;                                            \
+            if (g_fail < 30) {                                   \
+                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+                fprintf(stderr, __VA_ARGS__);                    \
+                fprintf(stderr, "\n");                           \
+            }                                                    \
+        }                                                        \
+    } while (0)
+
+static std::mt19937 rng(1234);
+
+static std::vector<float> randn(int64_t n, float scale = 1.0f) {
+    std::normal_distribution<float> nd(0.0f, scale);
+    std::vector<float> v(n);
+    for (auto &x : v) x = nd(rng);
+    return v;
+}
+
+struct table {
+    ggml_type_traits t[GGML_TYPE_COUNT];
+};
+
+// A table holding only the reference kernels.
+static table ref_table() {
+    table tab;
+    memset(&tab, 0, sizeof(tab));
+    ggml_cpu_force_scalar(1);
+    for (int i = 0; i < GGML_TYPE_COUNT; i++) {
+        const ggml_type_traits *tr = ggml_get_type_traits((ggml_type)i);
+        if (tr) tab.t[i] = *tr;
+    }
+    ggml_cpu_force_scalar(0);
+    return tab;
+}
+
+static const ggml_type k_weight_types[] = {
+    GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0, GGML_TYPE_Q2_K,
+    GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_F32,
+};
+
+// Quantize with the reference quantizer of type t.
+static std::vector<uint8_t> quantize_ref(const table &ref, ggml_type t, const std::vector<float> &x) {
+    std::vector<uint8_t> q(ggml_row_size(t, (int64_t)x.size()) + 64);
+    ref.t[t].from_float_ref(x.data(), q.data(), (int64_t)x.size());
+    return q;
+}
+
+static std::vector<float> dequant(const table &ref, ggml_type t, const std::vector<uint8_t> &q, int64_t n) {
+    std::vector<float> y(n);
+    ref.t[t].to_float(q.data(), y.data(), n);
+    return y;
+}
+
+static void test_dots(const char *family, const table &ref, const table &fast) {
+    int n_simd = 0;
+    for (ggml_type t : k_weight_types) {
+        const ggml_type_traits &R = ref.t[t], &F = fast.t[t];
+        if (F.vec_dot == R.vec_dot_ref) {
+            printf("  %-6s %-5s: no SIMD kernel (reference)\n", family, R.name);
+            continue;
+        }
+        n_simd++;
+        const int64_t bs = R.blck_size;
+        std::vector<int64_t> lens;
+        if (bs == 1) {
+            for (int64_t n = 1; n <= 80; n++) lens.push_back(n);
+            for (int64_t n : {127, 128, 129, 255, 256, 1000, 4096, 4099, 11008}) lens.push_back(n);
+        } else {
+            const int64_t nbs[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 31, 33, 64, 128};
+            for (int64_t nb : nbs)
+                if (nb * bs <= 16384) lens.push_back(nb * bs);
+        }
+        int cases = 0;
+        double worst = 0;
+        for (int64_t n : lens) {
+            for (int rep = 0; rep < 3; rep++) {
+                const std::vector<float> xf = randn(n, rep == 2 ? 1e-3f : 1.0f), yf = randn(n, rep == 1 ? 30.0f : 1.0f);
+                const std::vector<uint8_t> xq = quantize_ref(ref, t, xf), yq = quantize_ref(ref, R.vec_dot_type, yf);
+                float s_ref = 0, s_fast = 0;
+                R.vec_dot_ref(n, &s_ref, xq.data(), yq.data());
+                F.vec_dot(n, &s_fast, xq.data(), yq.data());
+                // error bound from the magnitude of the terms (float accumulation order differs)
+                const std::vector<float> xd = dequant(ref, t, xq, n), yd = dequant(ref, R.vec_dot_type, yq, n);
+                double mag = 0;
+                for (int64_t i = 0; i < n; i++) mag += fabs((double)xd[i] * yd[i]);
+                const double err = fabs((double)s_ref - s_fast), tol = 2e-6 * mag + 1e-30;
+                if (mag > 0) worst = fmax(worst, err / mag);
+                CHECK(err <= tol, "%s %s n=%lld rep=%d: ref %.9g simd %.9g (|err| %.3g > tol %.3g)", family, R.name,
+                      (long long)n, rep, s_ref, s_fast, err, tol);
+                cases++;
+            }
+        }
+        // q8_0 weights may hold -128 (valid on disk, never produced by the quantizer)
+        if (t == GGML_TYPE_Q8_0) {
+            std::vector<block_q8_0> xb(8), yb(8);
+            std::uniform_int_distribution<int> bi(-128, 127), yi(-127, 127);
+            for (int b = 0; b < 8; b++) {
+                xb[b].d = ggml_fp32_to_fp16(0.01f * (b + 1));
+                yb[b].d = ggml_fp32_to_fp16(0.02f);
+                for (int j = 0; j < 32; j++) { xb[b].qs[j] = (int8_t)(j % 3 ? bi(rng) : -128); yb[b].qs[j] = (int8_t)yi(rng); }
+            }
+            float s_ref, s_fast;
+            R.vec_dot_ref(256, &s_ref, xb.data(), yb.data());
+            F.vec_dot(256, &s_fast, xb.data(), yb.data());
+            CHECK(fabsf(s_ref - s_fast) <= 1e-5f * fabsf(s_ref) + 1e-6f, "%s q8_0 with -128: ref %g simd %g", family, s_ref, s_fast);
+        }
+        printf("  %-6s %-5s: %d cases, worst |err|/sum|x*y| = %.2e\n", family, R.name, cases, worst);
+    }
+    CHECK(n_simd > 0, "%s: no SIMD kernels installed", family);
+}
+
+static void test_quantizers(const char *family, const table &ref, const table &fast) {
+    const ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q8_1, GGML_TYPE_Q8_K, GGML_TYPE_F16, GGML_TYPE_BF16};
+    for (ggml_type t : types) {
+        const ggml_type_traits &R = ref.t[t], &F = fast.t[t];
+        if (F.from_float == R.from_float_ref) {
+            printf("  %-6s %-5s: quantizer is the reference\n", family, R.name);
+            continue;
+        }
+        const int64_t bs = R.blck_size == 1 ? 1 : R.blck_size;
+        int cases = 0;
+        for (int64_t nb : {1, 2, 3, 7, 16, 17}) {
+            const int64_t n = nb * (bs == 1 ? 37 : bs);
+            for (int rep = 0; rep < 4; rep++) {
+                std::vector<float> x = randn(n, rep == 1 ? 1e4f : 1.0f);
+                if (rep == 2) {  // exact .5 ties after scaling (amax 127 -> scale 1) and an all-zero block
+                    for (int64_t i = 0; i < n; i++) x[i] = (float)((int)(i % 200) - 100) + 0.5f;
+                    for (int64_t i = 0; i < n; i += 32) x[i] = (i / 32) % 2 ? 127.0f : -127.0f;
+                    for (int64_t i = 0; i < std::min<int64_t>(n, bs); i++) if (nb > 1) x[i] = 0.0f;
+                }
+                if (rep == 3 && bs == 1) {  // subnormal, huge, inf, nan for the float converters
+                    const float sp[] = {1e-6f, -3e-8f, 70000.0f, -1e30f, INFINITY, -INFINITY, 0.0f, -0.0f, 65504.0f, 65520.0f};
+                    for (int64_t i = 0; i < n; i++) x[i] = sp[i % 10];
+                }
+                std::vector<uint8_t> a(ggml_row_size(t, n)), b(ggml_row_size(t, n));
+                R.from_float_ref(x.data(), a.data(), n);
+                F.from_float(x.data(), b.data(), n);
+                CHECK(memcmp(a.data(), b.data(), a.size()) == 0, "%s quantize %s n=%lld rep=%d: blocks differ", family, R.name,
+                      (long long)n, rep);
+                cases++;
+            }
+        }
+        printf("  %-6s %-5s: quantizer, %d cases byte-identical\n", family, R.name, cases);
+    }
+}
+
+int main() {
+    const table ref = ref_table();
+    printf("dispatch picked: %s\n", ggml_cpu_backend_name());
+    int families = 0;
+
+    // What dispatch installed (any CPU, any architecture).
+    table best;
+    memcpy(&best, &ref, sizeof(best));
+    for (int i = 0; i < GGML_TYPE_COUNT; i++) {
+        const ggml_type_traits *tr = ggml_get_type_traits((ggml_type)i);
+        if (tr) best.t[i] = *tr;
+    }
+    if (strcmp(ggml_cpu_backend_name(), "scalar") != 0) {
+        test_dots("best", ref, best);
+        test_quantizers("best", ref, best);
+        families++;
+    }
+
+#ifdef GGML_SIMD_X86
+    __builtin_cpu_init();
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+                      __builtin_cpu_supports("bmi2");
+    const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                        __builtin_cpu_supports("avx512vnni");
+    // dispatch must pick the widest family the CPU has
+    CHECK(strcmp(ggml_cpu_backend_name(), avx512 ? "avx512" : avx2 ? "avx2" : "scalar") == 0, "dispatch picked %s",
+          ggml_cpu_backend_name());
+    if (avx2) {
+        table t2 = ref;
+        ggml_cpu_set_kernels_avx2(t2.t);
+        test_dots("avx2", ref, t2);
+        test_quantizers("avx2", ref, t2);
+        families++;
+    } else {
+        printf("SKIP avx2 family: CPU lacks AVX2/FMA/F16C\n");
+    }
+    if (avx512) {
+        table t5 = ref;
+        ggml_cpu_set_kernels_avx512(t5.t, __builtin_cpu_supports("avx512bf16"));
+        test_dots("avx512", ref, t5);
+        test_quantizers("avx512", ref, t5);
+        families++;
+    } else {
+        printf("SKIP avx512 family: CPU lacks AVX-512 F/BW/VL/DQ/VNNI\n");
+    }
+#endif
+    printf("%d kernel families tested, %d failures\n", families, g_fail);
+    return g_fail ? 1 : 0;
+}
