@@ -9,3 +9,4 @@ void bind_gguf(nb::module_ &m);      // GGUF read/write
 void bind_graph(nb::module_ &m);     // build and run single-op graphs (op tests)
 void bind_vocab(nb::module_ &m);     // tokenizers
 void bind_sampling(nb::module_ &m);  // sampler chain
+void bind_llama(nb::module_ &m);     // Model, Context, LlamaSampler over pinfer.h

@@ -7,4 +7,5 @@ NB_MODULE(_core, m) {
     bind_graph(m);
     bind_vocab(m);
     bind_sampling(m);
+    bind_llama(m);
 }

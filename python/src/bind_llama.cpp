@@ -1,0 +1,442 @@
+// Low-level Python classes over the C API in pinfer.h: Model, Context,
+// LlamaSampler. pinfer.Llama (python/pinfer/llama.py) builds on them.
+//
+// Ownership: the C handles live in shared_ptr holders. A Context and a sampler
+// share the model's holder, and every logits view shares its context's
+// holder, so close() on any Python object only drops that object's reference:
+// nothing is freed while something that points into it is still reachable.
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/filesystem.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "bind.h"
+#include "pinfer.h"
+
+namespace {
+
+std::string last_error(const char *what) {
+    const char *e = pinfer_last_error();
+    return std::string(what) + (e && *e ? std::string(": ") + e : std::string());
+}
+
+struct model_holder {
+    pinfer_model *p = nullptr;
+    ~model_holder() {
+        if (p) pinfer_model_free(p);
+    }
+};
+
+struct context_holder {
+    std::shared_ptr<model_holder> model;  // the context reads the model's weights
+    pinfer_context *p = nullptr;
+    std::mutex busy;       // one decode at a time; others get an error, not a wait
+    int32_t n_last = 0;    // tokens in the last decode
+    bool last_all = false; // whether it kept logits for all of them
+    ~context_holder() {
+        if (p) pinfer_context_free(p);
+    }
+};
+
+struct sampler_holder {
+    std::shared_ptr<model_holder> model;
+    pinfer_sampler *p = nullptr;
+    ~sampler_holder() {
+        if (p) pinfer_sampler_free(p);
+    }
+};
+
+class Model {
+  public:
+    explicit Model(const std::filesystem::path &path) {
+        const std::string s = path.string();
+        // Tell "cannot open" (OSError, with errno) apart from "not a valid model" (ValueError).
+        FILE *f = fopen(s.c_str(), "rb");
+        if (!f) {
+            PyErr_SetFromErrnoWithFilename(PyExc_OSError, s.c_str());
+            throw nb::python_error();
+        }
+        fclose(f);
+        pinfer_model *m;
+        {
+            nb::gil_scoped_release nogil;
+            m = pinfer_model_load(s.c_str());
+        }
+        if (!m) throw nb::value_error(last_error(("cannot load model '" + s + "'").c_str()).c_str());
+        h_ = std::make_shared<model_holder>();
+        h_->p = m;
+        path_ = s;
+    }
+
+    const std::shared_ptr<model_holder> &holder() const {
+        if (!h_) throw nb::value_error("the model is closed");
+        return h_;
+    }
+    const pinfer_model *get() const { return holder()->p; }
+    void close() { h_.reset(); }
+    bool closed() const { return !h_; }
+    const std::string &path() const { return path_; }
+
+    void check_token(int64_t t) const {
+        const int32_t n = pinfer_model_n_vocab(get());
+        if (t < 0 || t >= n)
+            throw nb::value_error(("token id " + std::to_string(t) + " is out of range [0, " + std::to_string(n) + ")")
+                                      .c_str());
+    }
+
+    std::vector<int32_t> tokenize(nb::handle text, bool add_special, bool parse_special) const {
+        std::string s;
+        if (nb::isinstance<nb::bytes>(text)) {
+            nb::bytes b = nb::borrow<nb::bytes>(text);
+            s.assign(b.c_str(), b.size());
+        } else if (nb::isinstance<nb::str>(text)) {
+            s = nb::cast<std::string>(text);
+        } else {
+            throw nb::type_error("text must be str or bytes");
+        }
+        if (s.size() > (size_t)INT32_MAX - 16) throw nb::value_error("text is too long to tokenize");
+        const pinfer_model *m = get();
+        std::vector<int32_t> out(s.size() + 16);
+        int32_t n;
+        {
+            nb::gil_scoped_release nogil;
+            n = pinfer_tokenize(m, s.data(), (int32_t)s.size(), out.data(), (int32_t)out.size(), add_special,
+                                parse_special);
+            if (n < 0 && n != INT32_MIN) {
+                out.resize((size_t)-n);
+                n = pinfer_tokenize(m, s.data(), (int32_t)s.size(), out.data(), (int32_t)out.size(), add_special,
+                                    parse_special);
+            }
+        }
+        if (n < 0) throw nb::value_error(last_error("tokenization failed").c_str());
+        out.resize((size_t)n);
+        return out;
+    }
+
+    std::string piece(int32_t t, bool special) const {
+        check_token(t);
+        char buf[256];
+        int32_t n = pinfer_token_to_piece(get(), t, buf, (int32_t)sizeof buf, special);
+        if (n >= 0) return std::string(buf, (size_t)n);
+        std::string s((size_t)-n, '\0');
+        n = pinfer_token_to_piece(get(), t, &s[0], (int32_t)s.size(), special);
+        if (n < 0) throw nb::value_error(last_error("token_to_piece failed").c_str());
+        s.resize((size_t)n);
+        return s;
+    }
+
+    nb::bytes token_to_piece(int32_t t, bool special) const {
+        std::string s = piece(t, special);
+        return nb::bytes(s.data(), s.size());
+    }
+
+    nb::bytes detokenize(const std::vector<int32_t> &toks, bool special) const {
+        std::string s;
+        for (int32_t t : toks) s += piece(t, special);
+        return nb::bytes(s.data(), s.size());
+    }
+
+    std::optional<std::string> meta(const std::string &key) const {
+        const char *v = pinfer_model_meta_str(get(), key.c_str());
+        if (!v) return std::nullopt;
+        return std::string(v);
+    }
+
+    std::string apply_chat_template(const std::vector<std::pair<std::string, std::string>> &msgs,
+                                    bool add_generation_prompt, std::optional<std::string> tmpl) const {
+        std::vector<pinfer_chat_message> cm;
+        for (auto &m : msgs) cm.push_back({m.first.c_str(), m.second.c_str()});
+        const char *t = tmpl ? tmpl->c_str() : nullptr;
+        std::string buf(4096, '\0');
+        int32_t n = pinfer_chat_apply_template(get(), t, cm.data(), cm.size(), add_generation_prompt, &buf[0],
+                                               (int32_t)buf.size());
+        if (n < 0 && n != INT32_MIN) {
+            buf.assign((size_t)-n, '\0');
+            n = pinfer_chat_apply_template(get(), t, cm.data(), cm.size(), add_generation_prompt, &buf[0],
+                                           (int32_t)buf.size());
+        }
+        if (n < 0) throw nb::value_error(last_error("cannot apply the chat template").c_str());
+        buf.resize((size_t)n);
+        return buf;
+    }
+
+  private:
+    std::shared_ptr<model_holder> h_;
+    std::string path_;
+};
+
+using tokens_array = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using logits_view = nb::ndarray<nb::numpy, float>;
+
+// Owner object for numpy views: a capsule holding a reference to the context.
+nb::capsule context_capsule(const std::shared_ptr<context_holder> &h) {
+    auto *ref = new std::shared_ptr<context_holder>(h);
+    return nb::capsule(ref, [](void *p) noexcept { delete static_cast<std::shared_ptr<context_holder> *>(p); });
+}
+
+class Context {
+  public:
+    Context(Model &model, uint32_t n_ctx, uint32_t n_batch, int32_t n_threads) {
+        auto mh = model.holder();
+        pinfer_context_params cp = pinfer_context_default_params();
+        cp.n_ctx = n_ctx;
+        if (n_batch == 0) throw nb::value_error("n_batch must be positive");
+        cp.n_batch = n_batch;
+        cp.n_threads = n_threads;
+        pinfer_context *c = pinfer_context_new(mh->p, cp);
+        if (!c) throw nb::value_error(last_error("cannot create a context").c_str());
+        h_ = std::make_shared<context_holder>();
+        h_->model = mh;
+        h_->p = c;
+        n_vocab_ = pinfer_model_n_vocab(mh->p);
+    }
+
+    const std::shared_ptr<context_holder> &holder() const {
+        if (!h_) throw nb::value_error("the context is closed");
+        return h_;
+    }
+    void close() { h_.reset(); }
+    bool closed() const { return !h_; }
+
+    void decode_raw(const int32_t *toks, size_t n, bool all_logits) {
+        std::shared_ptr<context_holder> h = holder();  // stays alive even if closed meanwhile
+        if (n == 0) throw nb::value_error("decode() needs at least one token");
+        for (size_t i = 0; i < n; i++)
+            if (toks[i] < 0 || toks[i] >= n_vocab_)
+                throw nb::value_error(("token id " + std::to_string(toks[i]) + " at index " + std::to_string(i) +
+                                       " is out of range [0, " + std::to_string(n_vocab_) + ")")
+                                          .c_str());
+        const uint32_t n_ctx = pinfer_n_ctx(h->p);
+        const int32_t n_past = pinfer_n_past(h->p);
+        if ((uint64_t)n_past + n > n_ctx)
+            throw nb::value_error(("context full: " + std::to_string(n_past) + " cached + " + std::to_string(n) +
+                                   " new tokens exceed n_ctx = " + std::to_string(n_ctx))
+                                      .c_str());
+        std::unique_lock<std::mutex> lock(h->busy, std::try_to_lock);
+        if (!lock.owns_lock()) throw nb::value_error("the context is busy in another thread");
+        int32_t rc;
+        std::string err;
+        {
+            nb::gil_scoped_release nogil;
+            rc = pinfer_decode(h->p, toks, (int32_t)n, all_logits);
+            if (rc < 0) err = last_error("decode failed");
+        }
+        if (rc < 0) {
+            h->n_last = 0;
+            throw std::runtime_error(err);
+        }
+        h->n_last = (int32_t)n;
+        h->last_all = all_logits;
+    }
+
+    void decode_list(const std::vector<int32_t> &toks, bool all_logits) {
+        decode_raw(toks.data(), toks.size(), all_logits);
+    }
+    void decode_array(const tokens_array &toks, bool all_logits) {
+        decode_raw(toks.data(), toks.shape(0), all_logits);
+    }
+
+    // Logits of token i of the last decode, as a numpy view of the context's buffer.
+    logits_view logits(int32_t i) {
+        const auto &h = holder();
+        std::unique_lock<std::mutex> lock(h->busy, std::try_to_lock);
+        if (!lock.owns_lock()) throw nb::value_error("the context is busy in another thread");
+        if (h->n_last == 0) throw nb::value_error("no logits: call decode() first");
+        const int32_t n = h->n_last;
+        int32_t j = i < 0 ? i + n : i;
+        if (j < 0 || j >= n) throw nb::index_error(("logits index " + std::to_string(i) + " out of range").c_str());
+        if (!h->last_all && j != n - 1)
+            throw nb::index_error("logits were kept only for the last token (decode with all_logits=True)");
+        float *p = pinfer_get_logits(h->p, h->last_all ? j : -1);
+        if (!p) throw nb::index_error(last_error("no logits for this token").c_str());
+        size_t shape[1] = {(size_t)n_vocab_};
+        return logits_view(p, 1, shape, context_capsule(h));
+    }
+
+    // Logits of every token of the last decode (all_logits=True) as [n, n_vocab]:
+    // a view when the rows are contiguous, else a copy.
+    logits_view logits_all() {
+        const auto &h = holder();
+        std::unique_lock<std::mutex> lock(h->busy, std::try_to_lock);
+        if (!lock.owns_lock()) throw nb::value_error("the context is busy in another thread");
+        if (h->n_last == 0) throw nb::value_error("no logits: call decode() first");
+        if (!h->last_all) throw nb::value_error("the last decode kept only the last logits (use all_logits=True)");
+        const int32_t n = h->n_last;
+        float *p0 = pinfer_get_logits(h->p, 0);
+        if (!p0) throw nb::value_error(last_error("no logits").c_str());
+        bool contiguous = true;
+        for (int32_t i = 1; i < n && contiguous; i++) contiguous = pinfer_get_logits(h->p, i) == p0 + (size_t)i * n_vocab_;
+        size_t shape[2] = {(size_t)n, (size_t)n_vocab_};
+        if (contiguous) return logits_view(p0, 2, shape, context_capsule(h));
+        float *copy = new float[(size_t)n * n_vocab_];
+        for (int32_t i = 0; i < n; i++)
+            memcpy(copy + (size_t)i * n_vocab_, pinfer_get_logits(h->p, i), sizeof(float) * n_vocab_);
+        nb::capsule owner(copy, [](void *p) noexcept { delete[] static_cast<float *>(p); });
+        return logits_view(copy, 2, shape, owner);
+    }
+
+    int32_t n_past() const { return pinfer_n_past(holder()->p); }
+    uint32_t n_ctx() const { return pinfer_n_ctx(holder()->p); }
+
+    void kv_truncate(int32_t n_keep) {
+        const auto &h = holder();
+        if (n_keep < 0) throw nb::value_error("n_keep must be >= 0");
+        std::unique_lock<std::mutex> lock(h->busy, std::try_to_lock);
+        if (!lock.owns_lock()) throw nb::value_error("the context is busy in another thread");
+        pinfer_kv_truncate(h->p, n_keep);
+    }
+
+    nb::dict timings() const {
+        pinfer_timings t = pinfer_get_timings(holder()->p);
+        nb::dict d;
+        d["t_load_ms"] = t.t_load_ms;
+        d["t_prompt_ms"] = t.t_prompt_ms;
+        d["n_prompt"] = t.n_prompt;
+        d["t_eval_ms"] = t.t_eval_ms;
+        d["n_eval"] = t.n_eval;
+        return d;
+    }
+    void reset_timings() { pinfer_reset_timings(holder()->p); }
+
+    int32_t n_vocab() const { return n_vocab_; }
+
+  private:
+    std::shared_ptr<context_holder> h_;
+    int32_t n_vocab_ = 0;
+};
+
+using logits_in = nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+class LlamaSampler {
+  public:
+    LlamaSampler(Model &model, float temperature, int32_t top_k, float top_p, float min_p, float repeat_penalty,
+                 int32_t repeat_last_n, float frequency_penalty, float presence_penalty, int64_t seed) {
+        auto mh = model.holder();
+        pinfer_sampler_params sp = pinfer_sampler_default_params();
+        sp.temperature = temperature;
+        sp.top_k = top_k;
+        sp.top_p = top_p;
+        sp.min_p = min_p;
+        sp.repeat_penalty = repeat_penalty;
+        sp.repeat_last_n = repeat_last_n;
+        sp.frequency_penalty = frequency_penalty;
+        sp.presence_penalty = presence_penalty;
+        if (seed > (int64_t)UINT32_MAX) throw nb::value_error("seed must be < 2**32 (or negative for random)");
+        sp.seed = seed < 0 ? UINT32_MAX : (uint32_t)seed;
+        pinfer_sampler *s = pinfer_sampler_new(mh->p, sp);
+        if (!s) throw nb::value_error(last_error("cannot create the sampler").c_str());
+        h_ = std::make_shared<sampler_holder>();
+        h_->model = mh;
+        h_->p = s;
+        n_vocab_ = pinfer_model_n_vocab(mh->p);
+    }
+
+    pinfer_sampler *get() const {
+        if (!h_) throw nb::value_error("the sampler is closed");
+        return h_->p;
+    }
+    void close() { h_.reset(); }
+
+    int32_t sample_ptr(const float *logits, size_t n) {
+        if ((int64_t)n != n_vocab_)
+            throw nb::value_error(("logits have " + std::to_string(n) + " entries, the model's vocabulary " +
+                                   std::to_string(n_vocab_))
+                                      .c_str());
+        int32_t t = pinfer_sampler_sample(get(), logits, (int32_t)n);
+        if (t < 0) throw std::runtime_error(last_error("sampling failed"));
+        return t;
+    }
+    int32_t sample_ctx(Context &ctx) {
+        const auto &h = ctx.holder();
+        std::unique_lock<std::mutex> lock(h->busy, std::try_to_lock);
+        if (!lock.owns_lock()) throw nb::value_error("the context is busy in another thread");
+        if (h->n_last == 0) throw nb::value_error("no logits: call decode() first");
+        const float *p = pinfer_get_logits(h->p, -1);
+        if (!p) throw nb::value_error(last_error("no logits").c_str());
+        return sample_ptr(p, (size_t)ctx.n_vocab());
+    }
+    int32_t sample_arr(const logits_in &l) { return sample_ptr(l.data(), l.shape(0)); }
+
+    void accept(int32_t t) {
+        if (t < 0 || t >= n_vocab_) throw nb::value_error(("token id " + std::to_string(t) + " is out of range").c_str());
+        pinfer_sampler_accept(get(), t);
+    }
+    void reset() { pinfer_sampler_reset(get()); }
+
+  private:
+    std::shared_ptr<sampler_holder> h_;
+    int32_t n_vocab_ = 0;
+};
+
+}  // namespace
+
+void bind_llama(nb::module_ &m) {
+    nb::class_<Model>(m, "Model", "A GGUF model loaded with pinfer_model_load (weights are memory-mapped).")
+        .def(nb::init<const std::filesystem::path &>(), nb::arg("path"),
+             "Load a model; OSError if the file cannot be opened, ValueError if it is not a valid model.")
+        .def("close", &Model::close, "Release this reference to the model (contexts using it keep it alive).")
+        .def_prop_ro("closed", &Model::closed)
+        .def_prop_ro("path", &Model::path)
+        .def("tokenize", &Model::tokenize, nb::arg("text"), nb::arg("add_special") = true,
+             nb::arg("parse_special") = false, "Tokenize str (as UTF-8) or bytes; returns a list of token ids.")
+        .def("detokenize", &Model::detokenize, nb::arg("tokens"), nb::arg("special") = false,
+             "The bytes of a token sequence.")
+        .def("token_to_piece", &Model::token_to_piece, nb::arg("token"), nb::arg("special") = false)
+        .def_prop_ro("n_vocab", [](const Model &s) { return pinfer_model_n_vocab(s.get()); })
+        .def_prop_ro("n_ctx_train", [](const Model &s) { return pinfer_model_n_ctx_train(s.get()); })
+        .def_prop_ro("n_embd", [](const Model &s) { return pinfer_model_n_embd(s.get()); })
+        .def_prop_ro("n_layer", [](const Model &s) { return pinfer_model_n_layer(s.get()); })
+        .def_prop_ro("n_params", [](const Model &s) { return pinfer_model_n_params(s.get()); })
+        .def_prop_ro("size", [](const Model &s) { return pinfer_model_size(s.get()); }, "Bytes of weights.")
+        .def_prop_ro("arch", [](const Model &s) { return std::string(pinfer_model_arch(s.get())); })
+        .def_prop_ro("desc", [](const Model &s) { return std::string(pinfer_model_desc(s.get())); })
+        .def("meta", &Model::meta, nb::arg("key"), "A string metadata value, or None.")
+        .def_prop_ro("bos", [](const Model &s) { return pinfer_token_bos(s.get()); }, "BOS token id, -1 if none.")
+        .def_prop_ro("eos", [](const Model &s) { return pinfer_token_eos(s.get()); }, "EOS token id, -1 if none.")
+        .def("is_eog", [](const Model &s, int32_t t) { return pinfer_token_is_eog(s.get(), t); }, nb::arg("token"))
+        .def_prop_ro("chat_template", [](const Model &s) { return s.meta("tokenizer.chat_template"); })
+        .def("apply_chat_template", &Model::apply_chat_template, nb::arg("messages"),
+             nb::arg("add_generation_prompt") = true, nb::arg("template") = nb::none(),
+             "Format [(role, content), ...] with the built-in template formatter (not Jinja).");
+
+    nb::class_<Context>(m, "Context", "KV cache, compute buffers and threads for one model.")
+        .def(nb::init<Model &, uint32_t, uint32_t, int32_t>(), nb::arg("model"), nb::arg("n_ctx") = 0,
+             nb::arg("n_batch") = 512, nb::arg("n_threads") = 0)
+        .def("close", &Context::close)
+        .def_prop_ro("closed", &Context::closed)
+        .def("decode", &Context::decode_array, nb::arg("tokens"), nb::arg("all_logits") = false,
+             "Evaluate tokens at positions n_past..; releases the GIL.")
+        .def("decode", &Context::decode_list, nb::arg("tokens"), nb::arg("all_logits") = false)
+        .def("logits", &Context::logits, nb::arg("i") = -1,
+             "float32 [n_vocab] view (no copy) of token i's logits; valid until the next decode.")
+        .def("logits_all", &Context::logits_all, "float32 [n, n_vocab] logits of every token of the last decode.")
+        .def_prop_ro("n_past", &Context::n_past)
+        .def_prop_ro("n_ctx", &Context::n_ctx)
+        .def_prop_ro("n_vocab", &Context::n_vocab)
+        .def("kv_truncate", &Context::kv_truncate, nb::arg("n_keep"), "Forget cached tokens at positions >= n_keep.")
+        .def("timings", &Context::timings)
+        .def("reset_timings", &Context::reset_timings);
+
+    const pinfer_sampler_params d = pinfer_sampler_default_params();
+    nb::class_<LlamaSampler>(m, "LlamaSampler", "The sampler chain of pinfer.h (penalties, top-k/p, min-p, temperature).")
+        .def(nb::init<Model &, float, int32_t, float, float, float, int32_t, float, float, int64_t>(), nb::arg("model"),
+             nb::arg("temperature") = d.temperature, nb::arg("top_k") = d.top_k, nb::arg("top_p") = d.top_p,
+             nb::arg("min_p") = d.min_p, nb::arg("repeat_penalty") = d.repeat_penalty,
+             nb::arg("repeat_last_n") = d.repeat_last_n, nb::arg("frequency_penalty") = d.frequency_penalty,
+             nb::arg("presence_penalty") = d.presence_penalty, nb::arg("seed") = -1)
+        .def("sample", &LlamaSampler::sample_ctx, nb::arg("ctx"), "Sample from the context's last logits.")
+        .def("sample", &LlamaSampler::sample_arr, nb::arg("logits"), "Sample from a float32 [n_vocab] array.")
+        .def("accept", &LlamaSampler::accept, nb::arg("token"), "Record a token (for the penalties).")
+        .def("reset", &LlamaSampler::reset)
+        .def("close", &LlamaSampler::close);
+}

@@ -1,0 +1,242 @@
+"""Tiny random llama models as GGUF files, for tests.
+
+A random Hugging Face ``LlamaForCausalLM`` is written to GGUF (F32) with the
+``gguf`` package, the way llama.cpp's converter lays it out, so tests can compare
+pinfer's logits with transformers' on the same weights. The vocabulary is a small
+byte-level BPE ("gpt2" model): the 256 byte tokens, a few merges, and the chatml
+special tokens, with a chatml chat template.
+
+Layout facts used (from the GGUF spec / llama.cpp converter):
+- GGUF's llama architecture applies RoPE to adjacent pairs (2i, 2i+1) of each
+  head, HF's Llama to the halves (i, i + d/2). The converter therefore permutes
+  the rows of q_proj and k_proj within each head, mapping HF row (h*d + j*d/2 + i)
+  to GGUF row (h*d + 2i + j); with that, both compute the same function.
+- numpy arrays of shape [out, in] are stored with ne = [in, out] (row-major).
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+# A few merges of common English pairs (in GPT-2's byte-to-unicode alphabet: Ġ is a space).
+MERGES = ["Ġ t", "h e", "i n", "Ġ a", "e r", "o n", "r e", "Ġt he", "a n", "Ġ s", "o u", "Ġ w", "e n", "in g"]
+
+
+def bytes_to_unicode() -> Dict[int, str]:
+    """GPT-2's reversible map from bytes to printable unicode characters."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def byte_bpe_vocab(merges: Optional[List[str]] = None) -> Tuple[List[str], List[int], List[str]]:
+    """(tokens, token_types, merges) of a byte-level BPE vocabulary.
+
+    Ids: 0..255 the bytes (in byte order), then one token per merge, then the
+    special tokens (type CONTROL)."""
+    merges = list(MERGES if merges is None else merges)
+    b2u = bytes_to_unicode()
+    tokens = [b2u[b] for b in range(256)]
+    for m in merges:
+        a, b = m.split(" ")
+        assert a in tokens and b in tokens, m
+        tokens.append(a + b)
+    types = [1] * len(tokens)  # NORMAL
+    tokens += SPECIAL_TOKENS
+    types += [3] * len(SPECIAL_TOKENS)  # CONTROL
+    return tokens, types, merges
+
+
+def vocab_size(merges: Optional[List[str]] = None) -> int:
+    return len(byte_bpe_vocab(merges)[0])
+
+
+def token_id(name: str, merges: Optional[List[str]] = None) -> int:
+    return byte_bpe_vocab(merges)[0].index(name)
+
+
+def make_hf_model(n_embd: int = 64, n_layer: int = 2, n_head: int = 4, n_head_kv: Optional[int] = None,
+                  n_ff: int = 96, n_ctx: int = 256, rope_theta: float = 10000.0, rms_eps: float = 1e-5,
+                  tied: bool = False, act: str = "silu", seed: int = 0, n_vocab: Optional[int] = None,
+                  head_dim: Optional[int] = None):
+    """A LlamaForCausalLM (float32, eval mode) with random weights of useful scale
+    (unit-variance activations, so logits are far from uniform)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    n_head_kv = n_head if n_head_kv is None else n_head_kv
+    head_dim = head_dim or n_embd // n_head
+    cfg = LlamaConfig(
+        vocab_size=n_vocab or vocab_size(), hidden_size=n_embd, intermediate_size=n_ff,
+        num_hidden_layers=n_layer, num_attention_heads=n_head, num_key_value_heads=n_head_kv,
+        head_dim=head_dim, max_position_embeddings=n_ctx, rms_norm_eps=rms_eps, rope_theta=rope_theta,
+        tie_word_embeddings=tied, hidden_act=act, attention_bias=False, mlp_bias=False,
+        bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM._from_config(cfg, attn_implementation="eager", dtype=torch.float32) \
+        if hasattr(LlamaForCausalLM, "_from_config") else LlamaForCausalLM(cfg)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim == 1:  # norm weights: around 1
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
+            elif "embed_tokens" in name:
+                p.copy_(torch.randn(p.shape, generator=g))
+            else:  # [out, in]: keep the output's variance near the input's
+                p.copy_(torch.randn(p.shape, generator=g) / np.sqrt(p.shape[1]))
+    model = model.float().eval()
+    return model
+
+
+def _permute_rope_rows(w: np.ndarray, n_head: int) -> np.ndarray:
+    """HF (halves) -> GGUF (adjacent pairs) row order within each head."""
+    d = w.shape[0] // n_head
+    return w.reshape(n_head, 2, d // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def write_gguf(model, path: str, ffn_act: str = "silu", chat_template: Optional[str] = CHATML_TEMPLATE,
+               merges: Optional[List[str]] = None, pre: str = "gpt2", name: str = "tiny-llama",
+               add_bos: bool = False, eos_always: float = 0.0) -> str:
+    """Write a LlamaForCausalLM to `path` as an F32 GGUF file; returns path.
+
+    ffn_act: written as ``pinfer.ffn_act`` when not "silu".
+    eos_always: if > 0, rig the output so the EOS token (<|im_end|>) wins every
+    step by about this margin (for end-of-generation tests); HF's model is changed too.
+    """
+    import gguf
+    import torch
+
+    cfg = model.config
+    n_head, n_head_kv = cfg.num_attention_heads, cfg.num_key_value_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // n_head
+    tokens, types, merges = byte_bpe_vocab(merges)
+    assert cfg.vocab_size == len(tokens), "model vocab must match the tiny tokenizer"
+    eos = tokens.index("<|im_end|>")
+    bos = tokens.index("<|endoftext|>")
+
+    if eos_always > 0:
+        _rig_eos(model, eos, eos_always)
+
+    rope_theta = (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta", None) \
+        or getattr(cfg, "rope_theta", 10000.0)
+    sd = {k: v.detach().to(torch.float32).numpy() for k, v in model.state_dict().items()}
+
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_name(name)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_rope_freq_base(float(rope_theta))
+    w.add_layer_norm_rms_eps(float(cfg.rms_norm_eps))
+    w.add_rope_dimension_count(head_dim)
+    if head_dim * n_head != cfg.hidden_size:
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+    w.add_vocab_size(len(tokens))
+    w.add_file_type(0)  # ALL_F32
+    if ffn_act != "silu":
+        w.add_string("pinfer.ffn_act", ffn_act)
+
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(bos)
+    w.add_eos_token_id(eos)
+    w.add_add_bos_token(add_bos)
+    if chat_template:
+        w.add_chat_template(chat_template)
+
+    def t(name: str, arr: np.ndarray) -> None:
+        w.add_tensor(name, np.ascontiguousarray(arr, dtype=np.float32))
+
+    t("token_embd.weight", sd["model.embed_tokens.weight"])
+    for i in range(cfg.num_hidden_layers):
+        p = f"model.layers.{i}."
+        t(f"blk.{i}.attn_norm.weight", sd[p + "input_layernorm.weight"])
+        t(f"blk.{i}.attn_q.weight", _permute_rope_rows(sd[p + "self_attn.q_proj.weight"], n_head))
+        t(f"blk.{i}.attn_k.weight", _permute_rope_rows(sd[p + "self_attn.k_proj.weight"], n_head_kv))
+        t(f"blk.{i}.attn_v.weight", sd[p + "self_attn.v_proj.weight"])
+        t(f"blk.{i}.attn_output.weight", sd[p + "self_attn.o_proj.weight"])
+        t(f"blk.{i}.ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
+        t(f"blk.{i}.ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
+        t(f"blk.{i}.ffn_up.weight", sd[p + "mlp.up_proj.weight"])
+        t(f"blk.{i}.ffn_down.weight", sd[p + "mlp.down_proj.weight"])
+    t("output_norm.weight", sd["model.norm.weight"])
+    if not cfg.tie_word_embeddings:
+        t("output.weight", sd["lm_head.weight"])
+
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def _rig_eos(model, eos: int, margin: float) -> None:
+    """Make `eos` the argmax everywhere: residual channel 0 is held at a large
+    constant (embeddings set it, no layer writes it), so after the final norm it
+    is large and positive, and only the EOS output row reads it."""
+    import torch
+
+    with torch.no_grad():
+        m = model.model
+        m.embed_tokens.weight[:, 0] = 50.0
+        for layer in m.layers:
+            layer.self_attn.o_proj.weight[0, :] = 0.0
+            layer.mlp.down_proj.weight[0, :] = 0.0
+        m.norm.weight[0] = 1.0
+        if model.config.tie_word_embeddings:
+            raise ValueError("eos_always needs an untied output")
+        model.lm_head.weight[:, 0] = 0.0
+        model.lm_head.weight[eos, 0] = margin
+
+
+def tiny_model(path: str, seed: int = 0, ffn_act: str = "silu", eos_always: float = 0.0,
+               chat_template: Optional[str] = CHATML_TEMPLATE, **cfg):
+    """Create a random model and write it to `path`; returns (path, hf_model)."""
+    act = {"silu": "silu", "relu": "relu", "relu2": "relu2"}[ffn_act]
+    model = make_hf_model(seed=seed, act=act, **cfg)
+    write_gguf(model, path, ffn_act=ffn_act, eos_always=eos_always, chat_template=chat_template)
+    return path, model
+
+
+def hf_logits(model, tokens: List[int]) -> np.ndarray:
+    """float64 [n, n_vocab] logits of HF's model (run in float64) over the whole sequence."""
+    import copy
+
+    import torch
+
+    m64 = copy.deepcopy(model).to(torch.float64)
+    with torch.no_grad():
+        out = m64(torch.tensor([tokens], dtype=torch.long))
+    return out.logits[0].to(torch.float64).numpy()
+
+
+if __name__ == "__main__":  # write a sample model: python tests/tinymodel.py out.gguf
+    import sys
+
+    out = sys.argv[1] if len(sys.argv) > 1 else "tiny.gguf"
+    tiny_model(out)
+    print(out, os.path.getsize(out), "bytes")
