@@ -118,6 +118,9 @@ enum ggml_op {
     GGML_OP_RESHAPE,
     GGML_OP_PERMUTE,
     GGML_OP_TRANSPOSE,
+    GGML_OP_SPARSE_SELECT,       // score > threshold -> active index list
+    GGML_OP_MUL_MAT_SPARSE_ROWS, // row-sparse matvec (gate/up)
+    GGML_OP_SPARSE_DOWN,         // column-sparse down projection on ffn_down_t
     GGML_OP_COUNT,
 };
 
@@ -231,6 +234,42 @@ struct ggml_tensor *ggml_view_4d(struct ggml_context *ctx, struct ggml_tensor *a
 struct ggml_tensor *ggml_permute(struct ggml_context *ctx, struct ggml_tensor *a, int axis0, int axis1,
                                  int axis2, int axis3);
 struct ggml_tensor *ggml_transpose(struct ggml_context *ctx, struct ggml_tensor *a);
+
+// ---- neuron-aware (sparse FFN) operations ----
+//
+// Active index list (the I32 tensor the sparse ops consume), ne = [n + 1, C]:
+// every column is one list: element 0 holds the count m, elements 1..m the
+// active neuron ids in strictly ascending order, the rest are -1. For T tokens,
+// C = 1 when T == 1 (the list of the token) and C = T + 1 otherwise: columns
+// 0..T-1 are the per-token lists and column T is their union. The sparse ops
+// read the LAST column only, i.e. a batch computes the union of its active sets.
+
+// Active ids of scores p [n, T] F32: p_i > threshold. Layout above.
+struct ggml_tensor *ggml_sparse_select(struct ggml_context *ctx, struct ggml_tensor *p, float threshold);
+// The predictor p = fc2 · relu(fc1 · x) per token, fc1 [d, r], fc2 [r, n] (any
+// weight types mul_mat supports), x [d, T] F32; returns ggml_sparse_select(p,
+// threshold) (threshold in logit space). Built from mul_mat + relu + select
+// nodes, so it runs on the multi-threaded matmul kernels.
+struct ggml_tensor *ggml_sparse_predict(struct ggml_context *ctx, struct ggml_tensor *fc1, struct ggml_tensor *fc2,
+                                        struct ggml_tensor *x, float threshold);
+// Row-sparse matmul: W [d, n] (any type mul_mat supports), x [d, T] F32 with
+// contiguous rows, idx an active index list -> F32 [n, T] with y[i, t] = W_i · x_t
+// for the active ids i in [begin, end). Inactive outputs inside [begin, end)
+// are zero; outputs outside [begin, end) are NOT written (another device owns
+// them; the planner gives them no defined value).
+struct ggml_tensor *ggml_mul_mat_sparse_rows(struct ggml_context *ctx, struct ggml_tensor *w, struct ggml_tensor *x,
+                                             struct ggml_tensor *idx, int64_t begin, int64_t end);
+// Column-sparse down projection: wt [d, n] (ffn_down_t: one contiguous row of d
+// per neuron, any type with to_float), h [n, T] F32 -> F32 [d, T] with
+// y[:, t] = Σ_{i active in [begin, end)} h[i, t] · wt_i. Every output is written
+// (0 when no neuron is active). Each output element is summed in ascending
+// neuron order, so results are identical for every thread count.
+struct ggml_tensor *ggml_sparse_down(struct ggml_context *ctx, struct ggml_tensor *wt, struct ggml_tensor *h,
+                                     struct ggml_tensor *idx, int64_t begin, int64_t end);
+// Policy for a batch of T tokens whose union has n_active of n neurons active:
+// true when the dense matmuls are expected to be faster (measured on this CPU
+// backend, see docs/sparse-bench.md).
+bool ggml_sparse_should_use_dense(int64_t n_active, int64_t n, int64_t T);
 
 // ---- graphs ----
 struct ggml_cgraph;

@@ -273,6 +273,49 @@ struct Graph {
             if (ggml_get_type_traits(s[0]->type)->is_quantized && !ggml_is_contiguous_rows(s[0]))
                 throw nb::value_error("cont: quantized tensors need contiguous rows");
             r = ggml_cont(ctx, s[0]);
+        } else if (name == "sparse_select" || name == "sparse_predict") {
+            const bool pred = name == "sparse_predict";
+            need(pred ? 3 : 1, pred ? 3 : 1);
+            ggml_tensor *x = s[pred ? 2 : 0];
+            f32(x, pred ? "x" : "p");
+            if (x->ne[2] != 1 || x->ne[3] != 1) throw nb::value_error((name + ": input must be 2-D [T, n]").c_str());
+            const float thr = (float)fparam(params, "threshold", 0.0);
+            if (pred) {
+                if (!ggml_is_contiguous_rows(s[0]) || !ggml_is_contiguous_rows(s[1]))
+                    throw nb::value_error("sparse_predict: fc1 and fc2 need contiguous rows");
+                if (s[0]->ne[0] != x->ne[0]) throw nb::value_error("sparse_predict: fc1 [r, d] and x [T, d] differ in d");
+                if (s[1]->ne[0] != s[0]->ne[1]) throw nb::value_error("sparse_predict: fc2 [n, r] and fc1 [r, d] differ in r");
+                r = ggml_sparse_predict(ctx, s[0], s[1], x, thr);
+            } else {
+                r = ggml_sparse_select(ctx, x, thr);
+            }
+        } else if (name == "mul_mat_sparse_rows" || name == "sparse_down") {
+            const bool down = name == "sparse_down";
+            need(3, 3);
+            ggml_tensor *w = s[0], *x = s[1], *idx = s[2];
+            const ggml_type_traits *tr = ggml_get_type_traits(w->type);
+            if (down ? !tr->to_float : !tr->vec_dot) throw nb::type_error((name + ": unsupported weight type " + tr->name).c_str());
+            if (!ggml_is_contiguous_rows(w) || w->ne[2] != 1 || w->ne[3] != 1)
+                throw nb::value_error((name + ": weight must be 2-D with contiguous rows").c_str());
+            f32(x, down ? "h" : "x");
+            if (x->nb[0] != sizeof(float) || x->ne[2] != 1 || x->ne[3] != 1) throw nb::value_error((name + ": activations must be 2-D").c_str());
+            const int64_t n = w->ne[1];
+            if (x->ne[0] != (down ? n : w->ne[0]))
+                throw nb::value_error((name + (down ? ": h [T, n] and wt [n, d] differ in n" : ": x [T, d] and w [n, d] differ in d")).c_str());
+            if (idx->type != GGML_TYPE_I32 || idx->nb[0] != sizeof(int32_t) || idx->ne[2] != 1 || idx->ne[3] != 1 ||
+                idx->ne[0] < 1 || idx->ne[0] > n + 1)
+                throw nb::value_error((name + ": idx must be int32 [C, m+1] with m <= n").c_str());
+            const int64_t begin = iparam(params, "begin", 0), end = iparam(params, "end", (int)n);
+            if (begin < 0 || begin > end || end > n) throw nb::value_error((name + ": need 0 <= begin <= end <= n").c_str());
+            if (idx->data) {  // the list is known now: check it before a kernel aborts
+                const int32_t *col = (const int32_t *)((const char *)idx->data + (idx->ne[1] - 1) * idx->nb[1]);
+                if (col[0] < 0 || col[0] > idx->ne[0] - 1) throw nb::value_error((name + ": bad index list count").c_str());
+                for (int32_t j = 1; j <= col[0]; j++) {
+                    if (col[j] < 0 || col[j] >= n || (j > 1 && col[j] <= col[j - 1]))
+                        throw nb::value_error((name + ": index list must be strictly ascending ids in [0, n)").c_str());
+                }
+            }
+            r = down ? ggml_sparse_down(ctx, w, x, idx, begin, end) : ggml_mul_mat_sparse_rows(ctx, w, x, idx, begin, end);
         } else {
             throw nb::value_error(("unknown op '" + name + "'").c_str());
         }

@@ -42,6 +42,9 @@ static forward_fn forward_table(ggml_op op) {
         case GGML_OP_REGLU: return ggml_compute_forward_reglu;
         case GGML_OP_GEGLU: return ggml_compute_forward_geglu;
         case GGML_OP_ARGMAX: return ggml_compute_forward_argmax;
+        case GGML_OP_SPARSE_SELECT: return ggml_compute_forward_sparse_select;
+        case GGML_OP_MUL_MAT_SPARSE_ROWS: return ggml_compute_forward_mul_mat_sparse_rows;
+        case GGML_OP_SPARSE_DOWN: return ggml_compute_forward_sparse_down;
         default: return nullptr;
     }
 }

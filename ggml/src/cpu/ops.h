@@ -49,9 +49,15 @@ GGML_DECLARE_FORWARD(swiglu)
 GGML_DECLARE_FORWARD(reglu)
 GGML_DECLARE_FORWARD(geglu)
 GGML_DECLARE_FORWARD(argmax)
+GGML_DECLARE_FORWARD(sparse_select)
+GGML_DECLARE_FORWARD(mul_mat_sparse_rows)
+GGML_DECLARE_FORWARD(sparse_down)
 #undef GGML_DECLARE_FORWARD
 
 size_t ggml_mul_mat_work_size(const struct ggml_tensor *node, int n_threads);
+size_t ggml_sparse_select_work_size(const struct ggml_tensor *node, int n_threads);        // ops-sparse.cpp
+size_t ggml_mul_mat_sparse_rows_work_size(const struct ggml_tensor *node, int n_threads);  // ops-sparse.cpp
+size_t ggml_sparse_down_work_size(const struct ggml_tensor *node, int n_threads);          // ops-sparse.cpp
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,80 @@
+// Constructors of the neuron-aware (sparse FFN) operations. The CPU kernels
+// are in cpu/ops-sparse.cpp; the index-list layout is documented in ggml.h.
+//
+// op_params: SPARSE_SELECT {f32 threshold}; MUL_MAT_SPARSE_ROWS and
+// SPARSE_DOWN {i32 begin, i32 end}.
+#include <cstring>
+
+#include "ggml-impl.h"
+
+static void check_idx(const char *op, const ggml_tensor *idx, int64_t n) {
+    if (idx->type != GGML_TYPE_I32) ggml_abort("%s: idx must be I32", op);
+    if (idx->ne[0] < 1 || idx->ne[0] > n + 1) ggml_abort("%s: idx must have 1..n+1 = %lld rows", op, (long long)(n + 1));
+    if (idx->nb[0] != sizeof(int32_t)) ggml_abort("%s: idx must be contiguous in dim 0", op);
+    if (idx->ne[2] != 1 || idx->ne[3] != 1) ggml_abort("%s: idx must be 2-D", op);
+}
+
+static void set_range(const char *op, ggml_tensor *r, int64_t begin, int64_t end, int64_t n) {
+    if (begin < 0 || begin > end || end > n) {
+        ggml_abort("%s: range [%lld, %lld) not inside [0, %lld]", op, (long long)begin, (long long)end, (long long)n);
+    }
+    if (n > INT32_MAX) ggml_abort("%s: n=%lld too large", op, (long long)n);
+    r->op_params[0] = (int32_t)begin;
+    r->op_params[1] = (int32_t)end;
+}
+
+ggml_tensor *ggml_sparse_select(ggml_context *ctx, ggml_tensor *p, float threshold) {
+    if (p->type != GGML_TYPE_F32 || p->nb[0] != sizeof(float)) ggml_abort("sparse_select: p must be F32 with contiguous rows");
+    if (p->ne[2] != 1 || p->ne[3] != 1) ggml_abort("sparse_select: p must be 2-D [n, T]");
+    if (p->ne[0] >= INT32_MAX) ggml_abort("sparse_select: n too large");
+    const int64_t T = p->ne[1];
+    ggml_tensor *r = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, p->ne[0] + 1, T == 1 ? 1 : T + 1);
+    r->op = GGML_OP_SPARSE_SELECT;
+    r->src[0] = p;
+    memcpy(&r->op_params[0], &threshold, sizeof(threshold));
+    return r;
+}
+
+ggml_tensor *ggml_sparse_predict(ggml_context *ctx, ggml_tensor *fc1, ggml_tensor *fc2, ggml_tensor *x, float threshold) {
+    if (fc1->ne[0] != x->ne[0]) ggml_abort("sparse_predict: fc1 [d, r] and x [d, T] differ in d");
+    if (fc2->ne[0] != fc1->ne[1]) ggml_abort("sparse_predict: fc2 [r, n] and fc1 [d, r] differ in r");
+    if (x->ne[2] != 1 || x->ne[3] != 1) ggml_abort("sparse_predict: x must be 2-D [d, T]");
+    ggml_tensor *h = ggml_relu(ctx, ggml_mul_mat(ctx, fc1, x));
+    return ggml_sparse_select(ctx, ggml_mul_mat(ctx, fc2, h), threshold);
+}
+
+ggml_tensor *ggml_mul_mat_sparse_rows(ggml_context *ctx, ggml_tensor *w, ggml_tensor *x, ggml_tensor *idx,
+                                      int64_t begin, int64_t end) {
+    const char *op = "mul_mat_sparse_rows";
+    const ggml_type_traits *tr = ggml_get_type_traits(w->type);
+    if (!tr->vec_dot) ggml_abort("%s: no dot kernel for weight type %s", op, tr->name);
+    if (!ggml_is_contiguous_rows(w) || w->ne[2] != 1 || w->ne[3] != 1) ggml_abort("%s: w must be 2-D with contiguous rows", op);
+    if (x->type != GGML_TYPE_F32 || x->nb[0] != sizeof(float)) ggml_abort("%s: x must be F32 with contiguous rows", op);
+    if (x->ne[0] != w->ne[0] || x->ne[2] != 1 || x->ne[3] != 1) ggml_abort("%s: x must be [d, T] with w [d, n]", op);
+    check_idx(op, idx, w->ne[1]);
+    ggml_tensor *r = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1]);
+    r->op = GGML_OP_MUL_MAT_SPARSE_ROWS;
+    r->src[0] = w;
+    r->src[1] = x;
+    r->src[2] = idx;
+    set_range(op, r, begin, end, w->ne[1]);
+    return r;
+}
+
+ggml_tensor *ggml_sparse_down(ggml_context *ctx, ggml_tensor *wt, ggml_tensor *h, ggml_tensor *idx, int64_t begin,
+                              int64_t end) {
+    const char *op = "sparse_down";
+    const ggml_type_traits *tr = ggml_get_type_traits(wt->type);
+    if (!tr->to_float) ggml_abort("%s: weight type %s cannot be dequantized", op, tr->name);
+    if (!ggml_is_contiguous_rows(wt) || wt->ne[2] != 1 || wt->ne[3] != 1) ggml_abort("%s: wt must be 2-D with contiguous rows", op);
+    if (h->type != GGML_TYPE_F32 || h->nb[0] != sizeof(float)) ggml_abort("%s: h must be F32 with contiguous rows", op);
+    if (h->ne[0] != wt->ne[1] || h->ne[2] != 1 || h->ne[3] != 1) ggml_abort("%s: h must be [n, T] with wt [d, n]", op);
+    check_idx(op, idx, wt->ne[1]);
+    ggml_tensor *r = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, wt->ne[0], h->ne[1]);
+    r->op = GGML_OP_SPARSE_DOWN;
+    r->src[0] = wt;
+    r->src[1] = h;
+    r->src[2] = idx;
+    set_range(op, r, begin, end, wt->ne[1]);
+    return r;
+}
