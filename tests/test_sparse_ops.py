@@ -1,0 +1,306 @@
+"""Neuron-aware sparse ops against numpy float64 references.
+
+Ops (ggml.h): sparse_select / sparse_predict -> active index list, the
+row-sparse matvec mul_mat_sparse_rows (gate/up) and the column-sparse down
+projection sparse_down (on ffn_down_t). Every op runs with 1..4 threads and
+must give bit-identical bytes; weights of every type are quantized with
+pinfer._core.quantize and the reference uses the dequantized weights.
+
+Shapes are numpy order (outermost first): numpy W (n, d) is ggml ne [d, n].
+Index list: int32 (C, n + 1), each row = [count, ids ascending..., -1...];
+the sparse ops read the last row (the union for a batch).
+"""
+import numpy as np
+import pytest
+
+from pinfer import _core
+
+THREADS = (1, 2, 3, 4)
+
+# Every weight type the dense matmul has a dot kernel for.
+WEIGHT_TYPES = ["f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0",
+                "q2_K", "q3_K", "q4_K", "q5_K", "q6_K"]
+DENSITIES = [0.0, 0.01, 0.5, 1.0]
+
+
+def tid(name):
+    return _core.type_from_name(name)
+
+
+def blck(name):
+    return _core.type_info(tid(name))["blck_size"]
+
+
+def make_weight(name, n, d, g):
+    """Random (n, d) weight of a type: (run_op input, float64 dequantized values)."""
+    w = (g.standard_normal((n, d)) * 0.5).astype(np.float32)
+    if name == "f32":
+        return w, w.astype(np.float64)
+    t = tid(name)
+    raw = _core.quantize(t, w)
+    deq = _core.dequantize(t, raw.tobytes()).reshape(n, d).astype(np.float64)
+    return (raw.tobytes(), t, [n, d]), deq
+
+
+def act_as_seen(name, x):
+    """Activations as the dot kernel sees them: converted to the vec_dot_type."""
+    vdt = _core.type_info(tid(name))["vec_dot_type"]
+    if vdt == tid("f32"):
+        return x.astype(np.float64)
+    q = _core.quantize(vdt, x)
+    return _core.dequantize(vdt, q.tobytes()).reshape(x.shape).astype(np.float64)
+
+
+def index_list(n, sets):
+    """Index list rows for the given active-id sets (the last one is read)."""
+    out = np.full((len(sets), n + 1), -1, np.int32)
+    for r, s in enumerate(sets):
+        s = np.sort(np.asarray(s, np.int64))
+        out[r, 0] = len(s)
+        out[r, 1:1 + len(s)] = s
+    return out
+
+
+def random_active(n, density, g):
+    k = int(round(density * n))
+    return np.sort(g.choice(n, size=k, replace=False))
+
+
+def run(op, inputs, params, cols=None):
+    """Runs op with 1..4 threads; asserts bit-identical results (in cols of the
+    innermost axis only, when given: row-sparse outputs outside [begin, end)
+    are not written)."""
+    outs = [_core.run_op(op, inputs, params, nt, None) for nt in THREADS]
+    for nt, o in zip(THREADS[1:], outs[1:]):
+        a, b = (o, outs[0]) if cols is None else (o[..., cols], outs[0][..., cols])
+        assert o.shape == outs[0].shape and a.tobytes() == b.tobytes(), f"{op}: {nt} threads differ from 1"
+    return outs[0]
+
+
+# ---------------------------------------------------------------- select / predict
+
+@pytest.mark.parametrize("n,T", [(1, 1), (37, 1), (301, 1), (64, 3), (1001, 5)])
+def test_sparse_select(n, T):
+    g = np.random.default_rng(n * 10 + T)
+    p = g.standard_normal((T, n)).astype(np.float32)
+    thr = 0.7
+    out = run("sparse_select", [p], {"threshold": thr})
+    C = 1 if T == 1 else T + 1
+    out = out.reshape(C, n + 1)
+    sets = [np.nonzero(p[t] > np.float32(thr))[0] for t in range(T)]
+    if T > 1:
+        sets.append(np.nonzero((p > np.float32(thr)).any(axis=0))[0])
+    np.testing.assert_array_equal(out, index_list(n, sets))
+
+
+def test_sparse_select_all_and_none():
+    p = np.array([[-1.0, 2.0, 3.0], [-5.0, -6.0, 1.0]], np.float32)
+    out = run("sparse_select", [p], {"threshold": 10.0}).reshape(3, 4)
+    np.testing.assert_array_equal(out[:, 0], [0, 0, 0])
+    out = run("sparse_select", [p], {"threshold": -10.0}).reshape(3, 4)
+    np.testing.assert_array_equal(out, [[3, 0, 1, 2]] * 3)
+
+
+@pytest.mark.parametrize("wtype", ["f32", "f16", "q8_0", "q4_0"])
+@pytest.mark.parametrize("T", [1, 4])
+def test_sparse_predict(wtype, T):
+    g = np.random.default_rng(7 + T)
+    d, r, n = 128, 64, 515
+    fc1, fc1_64 = make_weight(wtype, r, d, g)
+    fc2, fc2_64 = make_weight(wtype, n, r, g)
+    x = g.standard_normal((T, d)).astype(np.float32)
+    thr = 1.5
+    out = run("sparse_predict", [fc1, fc2, x], {"threshold": thr})
+    C = 1 if T == 1 else T + 1
+    out = out.reshape(C, n + 1)
+    p = np.maximum(x.astype(np.float64) @ fc1_64.T, 0.0) @ fc2_64.T  # (T, n)
+    # float32 / quantized activations move p a little: only clear decisions count
+    tol = (2e-5 if wtype in ("f32", "f16") else 0.05) * np.abs(p).max()
+    rows = [p[t] for t in range(T)] + ([p.max(axis=0)] if T > 1 else [])
+    for c, pc in enumerate(rows):
+        m = out[c, 0]
+        ids = out[c, 1:1 + m]
+        assert np.all(np.diff(ids) > 0) and np.all(out[c, 1 + m:] == -1)
+        got = np.zeros(n, bool)
+        got[ids] = True
+        assert np.all(got[pc > thr + tol]), "missed clearly active neurons"
+        assert not np.any(got[pc < thr - tol]), "selected clearly inactive neurons"
+    if T > 1:  # the union row is exactly the union of the token rows
+        union = set()
+        for c in range(T):
+            union |= set(out[c, 1:1 + out[c, 0]].tolist())
+        assert sorted(union) == out[T, 1:1 + out[T, 0]].tolist()
+
+
+# ---------------------------------------------------------------- row-sparse matvec
+
+def rows_case(wtype, n, d, T, density, rng_seed, begin=None, end=None, per_token_rows=False):
+    g = np.random.default_rng(rng_seed)
+    w, w64 = make_weight(wtype, n, d, g)
+    x = g.standard_normal((T, d)).astype(np.float32)
+    act = random_active(n, density, g)
+    sets = [act]
+    if per_token_rows and T > 1:  # token rows are subsets; the last row is the union
+        sets = [act[g.random(len(act)) < 0.5] for _ in range(T)] + [act]
+    idx = index_list(n, sets)
+    b = 0 if begin is None else begin
+    e = n if end is None else end
+    y = run("mul_mat_sparse_rows", [w, x, idx], {"begin": b, "end": e}, slice(b, e)).reshape(T, n)
+    xs = act_as_seen(wtype, x)
+    ref = xs @ w64.T  # (T, n)
+    mag = np.abs(xs) @ np.abs(w64).T
+    in_rng = np.zeros(n, bool)
+    in_rng[b:e] = True
+    on = np.zeros(n, bool)
+    on[act] = True
+    sel = on & in_rng
+    err = np.abs(y[:, sel] - ref[:, sel])
+    assert np.all(err <= 3e-6 * mag[:, sel] + 1e-30), (wtype, err.max())
+    assert np.all(y[:, in_rng & ~on] == 0.0)
+    return w, x, idx, y, sel
+
+
+@pytest.mark.parametrize("wtype", WEIGHT_TYPES)
+@pytest.mark.parametrize("density", DENSITIES)
+def test_rows_all_types(wtype, density):
+    B = max(blck(wtype), 32)
+    for n, d, T in [(37, 2 * B, 1), (301, B, 1), (65, 3 * B if B == 32 else B, 3)]:
+        rows_case(wtype, n, d, T, density, hash((wtype, n, d)) % 1000, per_token_rows=T > 1)
+
+
+@pytest.mark.parametrize("wtype", ["f32", "q4_0", "q6_K"])
+def test_rows_matches_dense_mul_mat_bits(wtype):
+    """Active outputs are the very same dot products the dense matmul computes."""
+    B = max(blck(wtype), 32)
+    w, x, idx, y, sel = rows_case(wtype, 129, 2 * B, 2, 0.5, 3)
+    dense = _core.run_op("mul_mat", [w, x], {}, 2, None).reshape(2, 129)
+    np.testing.assert_array_equal(y[:, sel], dense[:, sel])
+
+
+@pytest.mark.parametrize("begin,end", [(0, 0), (0, 50), (50, 301), (120, 121), (301, 301)])
+def test_rows_ranges(begin, end):
+    rows_case("q4_0", 301, 64, 1, 0.5, 11, begin, end)
+    rows_case("q8_0", 301, 64, 2, 0.3, 12, begin, end)
+
+
+def test_rows_scalar_kernels():
+    _core.force_scalar(True)
+    try:
+        rows_case("q4_K", 99, 256, 2, 0.5, 5)
+        rows_case("q4_0", 99, 64, 1, 0.5, 6)
+    finally:
+        _core.force_scalar(False)
+
+
+# ---------------------------------------------------------------- column-sparse down
+
+def down_case(wtype, n, d, T, density, rng_seed, begin=None, end=None, relu_zeros=False):
+    g = np.random.default_rng(rng_seed)
+    wt, wt64 = make_weight(wtype, n, d, g)  # ffn_down_t: one row of d per neuron
+    h = g.standard_normal((T, n)).astype(np.float32)
+    if relu_zeros:
+        h = np.maximum(h, 0.0).astype(np.float32)
+    act = random_active(n, density, g)
+    idx = index_list(n, [act])
+    b = 0 if begin is None else begin
+    e = n if end is None else end
+    y = run("sparse_down", [wt, h, idx], {"begin": b, "end": e}).reshape(T, d)
+    use = act[(act >= b) & (act < e)]
+    h64 = h.astype(np.float64)[:, use]
+    ref = h64 @ wt64[use]
+    mag = np.abs(h64) @ np.abs(wt64[use])
+    # float32 accumulation in ascending neuron order: error grows with the count
+    err = np.abs(y - ref)
+    assert np.all(err <= 1.2e-7 * (len(use) + 4) * mag + 1e-30), (wtype, err.max())
+    if len(use) == 0:
+        assert np.all(y == 0.0)
+    return y
+
+
+@pytest.mark.parametrize("wtype", WEIGHT_TYPES)
+@pytest.mark.parametrize("density", DENSITIES)
+def test_down_all_types(wtype, density):
+    B = max(blck(wtype), 32)
+    for n, d, T in [(37, 2 * B, 1), (301, B, 1), (65, 3 * B if B == 32 else 2 * B, 3)]:
+        down_case(wtype, n, d, T, density, hash((wtype, n, d, 1)) % 1000)
+
+
+@pytest.mark.parametrize("wtype", ["f16", "q8_0", "q4_0", "q5_K"])
+def test_down_wide_rows_and_relu_zeros(wtype):
+    # d spans many thread slices, odd n; relu zeros in h are skipped
+    B = max(blck(wtype), 32)
+    down_case(wtype, 203, 24 * B if B == 32 else 4 * B, 1, 0.5, 21, relu_zeros=True)
+    down_case(wtype, 203, 24 * B if B == 32 else 4 * B, 4, 0.5, 22, relu_zeros=True)
+
+
+@pytest.mark.parametrize("begin,end", [(0, 0), (0, 40), (40, 301), (150, 151), (301, 301)])
+def test_down_ranges(begin, end):
+    down_case("q4_0", 301, 96, 1, 0.5, 31, begin, end)
+    down_case("f16", 301, 96, 3, 0.5, 32, begin, end)
+
+
+def test_down_scalar_kernels():
+    _core.force_scalar(True)
+    try:
+        for t in ("f32", "f16", "q8_0", "q4_0", "q3_K"):
+            B = max(blck(t), 32)
+            down_case(t, 77, 4 * B if B == 32 else B, 1, 0.6, 41)
+    finally:
+        _core.force_scalar(False)
+
+
+def test_down_range_shares_add_up():
+    """A GPU-style split: [0, k) and [k, n) computed separately sum to the whole."""
+    n, d, k = 211, 128, 70
+    a = down_case("q8_0", n, d, 1, 0.4, 51, 0, k)
+    b = down_case("q8_0", n, d, 1, 0.4, 51, k, n)
+    full = down_case("q8_0", n, d, 1, 0.4, 51)
+    np.testing.assert_allclose(a + b, full, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- a whole sparse FFN in one graph
+
+@pytest.mark.parametrize("T", [1, 3])
+def test_reglu_ffn_exact_mode(T):
+    """ReGLU exact mode: gate dense, up/down only where gate > 0 == dense FFN."""
+    g = np.random.default_rng(60 + T)
+    d, n = 64, 203
+    wg = g.standard_normal((n, d)).astype(np.float32) * 0.3
+    wu = g.standard_normal((n, d)).astype(np.float32) * 0.3
+    wd = g.standard_normal((d, n)).astype(np.float32) * 0.3
+    x = g.standard_normal((T, d)).astype(np.float32)
+    outs = []
+    for nt in THREADS:
+        gr = _core.Graph()
+        xi, gi, ui, dti = gr.input(x), gr.input(wg), gr.input(wu), gr.input(np.ascontiguousarray(wd.T))
+        gate = gr.op("mul_mat", [gi, xi])
+        idx = gr.op("sparse_select", [gate], {"threshold": 0.0})
+        up = gr.op("mul_mat_sparse_rows", [ui, xi, idx])
+        h = gr.op("reglu", [gate, up])
+        y = gr.op("sparse_down", [dti, h, idx])
+        gr.compute([y], n_threads=nt)
+        outs.append(gr.get(y))
+    for o in outs[1:]:
+        assert o.tobytes() == outs[0].tobytes()
+    x64 = x.astype(np.float64)
+    ref = (np.maximum(x64 @ wg.T.astype(np.float64), 0) * (x64 @ wu.T.astype(np.float64))) @ wd.T.astype(np.float64)
+    np.testing.assert_allclose(outs[0].reshape(T, d), ref, rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------- bad arguments
+
+def test_bad_index_lists_and_ranges():
+    w = np.ones((5, 32), np.float32)
+    x = np.ones((1, 32), np.float32)
+    with pytest.raises(ValueError, match="ascending"):
+        _core.run_op("mul_mat_sparse_rows", [w, x, np.array([[2, 3, 1, -1, -1, -1]], np.int32)])
+    with pytest.raises(ValueError, match="ascending"):
+        _core.run_op("sparse_down", [w, np.ones((1, 5), np.float32), np.array([[1, 7, -1, -1, -1, -1]], np.int32)])
+    with pytest.raises(ValueError, match="count"):
+        _core.run_op("mul_mat_sparse_rows", [w, x, np.array([[9, 0, 1, 2, 3, 4]], np.int32)])
+    with pytest.raises(ValueError, match="begin"):
+        _core.run_op("mul_mat_sparse_rows", [w, x, np.array([[0, -1, -1, -1, -1, -1]], np.int32)], {"begin": 3, "end": 2})
+    with pytest.raises(ValueError, match="differ"):
+        _core.run_op("mul_mat_sparse_rows", [w, np.ones((1, 64), np.float32), np.zeros((1, 6), np.int32)])
+    with pytest.raises(ValueError, match="idx"):
+        _core.run_op("sparse_down", [w, np.ones((1, 5), np.float32), np.zeros((1, 9), np.int32)])
