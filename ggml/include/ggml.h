@@ -264,11 +264,16 @@ struct ggml_tensor *ggml_mul_mat_sparse_rows(struct ggml_context *ctx, struct gg
 // y[:, t] = Σ_{i active in [begin, end)} h[i, t] · wt_i. Every output is written
 // (0 when no neuron is active). Each output element is summed in ascending
 // neuron order, so results are identical for every thread count.
-struct ggml_tensor *ggml_sparse_down(struct ggml_context *ctx, struct ggml_tensor *wt, struct ggml_tensor *h,
-                                     struct ggml_tensor *idx, int64_t begin, int64_t end);
+// w_down [n, d] (the ordinary ffn_down, any type mul_mat supports) may be NULL;
+// when given, and ggml_sparse_should_use_dense says the active share of the
+// range is too large for the sparse kernel to win, the op computes the same sum
+// as a dense matvec over the columns [begin, end) of w_down (inactive h taken
+// as 0; needs begin and end on w_down block boundaries, else stays sparse).
+struct ggml_tensor *ggml_sparse_down(struct ggml_context *ctx, struct ggml_tensor *wt, struct ggml_tensor *w_down,
+                                     struct ggml_tensor *h, struct ggml_tensor *idx, int64_t begin, int64_t end);
 // Policy for a batch of T tokens whose union has n_active of n neurons active:
-// true when the dense matmuls are expected to be faster (measured on this CPU
-// backend, see docs/sparse-bench.md).
+// true when the dense matmuls are expected to be faster than the sparse ops
+// (crossover densities measured on this CPU backend, see docs/sparse-bench.md).
 bool ggml_sparse_should_use_dense(int64_t n_active, int64_t n, int64_t T);
 
 // ---- graphs ----

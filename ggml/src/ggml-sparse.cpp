@@ -1,8 +1,10 @@
 // Constructors of the neuron-aware (sparse FFN) operations. The CPU kernels
 // are in cpu/ops-sparse.cpp; the index-list layout is documented in ggml.h.
 //
-// op_params: SPARSE_SELECT {f32 threshold}; MUL_MAT_SPARSE_ROWS and
-// SPARSE_DOWN {i32 begin, i32 end}.
+// op_params: SPARSE_SELECT {f32 threshold}; MUL_MAT_SPARSE_ROWS {i32 begin,
+// i32 end}; SPARSE_DOWN {i32 begin, i32 end, i32 mode}: mode 0 = the policy
+// ggml_sparse_should_use_dense picks the path, 1 = always sparse, 2 = dense
+// whenever w_down is given and the range is aligned (tests set it).
 #include <cstring>
 
 #include "ggml-impl.h"
@@ -61,8 +63,8 @@ ggml_tensor *ggml_mul_mat_sparse_rows(ggml_context *ctx, ggml_tensor *w, ggml_te
     return r;
 }
 
-ggml_tensor *ggml_sparse_down(ggml_context *ctx, ggml_tensor *wt, ggml_tensor *h, ggml_tensor *idx, int64_t begin,
-                              int64_t end) {
+ggml_tensor *ggml_sparse_down(ggml_context *ctx, ggml_tensor *wt, ggml_tensor *wd, ggml_tensor *h, ggml_tensor *idx,
+                              int64_t begin, int64_t end) {
     const char *op = "sparse_down";
     const ggml_type_traits *tr = ggml_get_type_traits(wt->type);
     if (!tr->to_float) ggml_abort("%s: weight type %s cannot be dequantized", op, tr->name);
@@ -70,11 +72,18 @@ ggml_tensor *ggml_sparse_down(ggml_context *ctx, ggml_tensor *wt, ggml_tensor *h
     if (h->type != GGML_TYPE_F32 || h->nb[0] != sizeof(float)) ggml_abort("%s: h must be F32 with contiguous rows", op);
     if (h->ne[0] != wt->ne[1] || h->ne[2] != 1 || h->ne[3] != 1) ggml_abort("%s: h must be [n, T] with wt [d, n]", op);
     check_idx(op, idx, wt->ne[1]);
+    if (wd) {
+        const ggml_type_traits *td = ggml_get_type_traits(wd->type);
+        if (!td->vec_dot) ggml_abort("%s: no dot kernel for w_down type %s", op, td->name);
+        if (wd->ne[0] != wt->ne[1] || wd->ne[1] != wt->ne[0] || wd->ne[2] != 1 || wd->ne[3] != 1 || !ggml_is_contiguous_rows(wd))
+            ggml_abort("%s: w_down must be 2-D [n, d] with contiguous rows for wt [d, n]", op);
+    }
     ggml_tensor *r = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, wt->ne[0], h->ne[1]);
     r->op = GGML_OP_SPARSE_DOWN;
     r->src[0] = wt;
     r->src[1] = h;
     r->src[2] = idx;
+    r->src[3] = wd;
     set_range(op, r, begin, end, wt->ne[1]);
     return r;
 }

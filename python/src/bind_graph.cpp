@@ -291,7 +291,7 @@ struct Graph {
             }
         } else if (name == "mul_mat_sparse_rows" || name == "sparse_down") {
             const bool down = name == "sparse_down";
-            need(3, 3);
+            need(3, down ? 4 : 3);
             ggml_tensor *w = s[0], *x = s[1], *idx = s[2];
             const ggml_type_traits *tr = ggml_get_type_traits(w->type);
             if (down ? !tr->to_float : !tr->vec_dot) throw nb::type_error((name + ": unsupported weight type " + tr->name).c_str());
@@ -315,7 +315,17 @@ struct Graph {
                         throw nb::value_error((name + ": index list must be strictly ascending ids in [0, n)").c_str());
                 }
             }
-            r = down ? ggml_sparse_down(ctx, w, x, idx, begin, end) : ggml_mul_mat_sparse_rows(ctx, w, x, idx, begin, end);
+            ggml_tensor *wd = down && s.size() > 3 ? s[3] : nullptr;  // optional dense ffn_down [d, n] (numpy)
+            const int mode = iparam(params, "mode", 0);  // sparse_down: 0 policy, 1 sparse, 2 dense
+            if (wd) {
+                const ggml_type_traits *td = ggml_get_type_traits(wd->type);
+                if (!td->vec_dot) throw nb::type_error(("sparse_down: unsupported w_down type " + std::string(td->name)).c_str());
+                if (wd->ne[0] != n || wd->ne[1] != w->ne[0] || wd->ne[2] != 1 || wd->ne[3] != 1 || !ggml_is_contiguous_rows(wd))
+                    throw nb::value_error("sparse_down: w_down must be [d, n] (numpy order) for wt [n, d]");
+            }
+            if (mode < 0 || mode > 2) throw nb::value_error("sparse_down: mode must be 0 (policy), 1 (sparse) or 2 (dense)");
+            r = down ? ggml_sparse_down(ctx, w, wd, x, idx, begin, end) : ggml_mul_mat_sparse_rows(ctx, w, x, idx, begin, end);
+            if (down) r->op_params[2] = mode;
         } else {
             throw nb::value_error(("unknown op '" + name + "'").c_str());
         }

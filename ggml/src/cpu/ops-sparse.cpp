@@ -15,7 +15,8 @@
 //   same order for any thread count, so results are bit-identical for 1..N
 //   threads (no lock-free shared sums as in PowerInfer's CPU kernel).
 //   Rows are decoded on the fly: fused kernels for F32/F16/Q8_0/Q4_0 when T = 1,
-//   otherwise to_float into a per-thread buffer and then one f32 axpy per token.
+//   otherwise to_float into a per-thread buffer and then f32 axpys per token;
+//   either way up to four rows per pass over the y slice (sparse-axpy.h).
 #include <string.h>
 
 #include <algorithm>
@@ -30,27 +31,34 @@ namespace {
 constexpr size_t ALIGN = GGML_DEFAULT_ALIGN;
 inline size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
 
-// ---- scalar axpy kernels (multiply, then add) ----
-void axpy_f32_ref(int64_t n, float *y, const float *w, float a) {
-    for (int64_t i = 0; i < n; i++) y[i] += a * w[i];
+// ---- scalar axpy kernels (multiply, then add; rows in the order given) ----
+void axpy_f32_ref(int64_t n, float *y, const void *const *w, const float *a, int nr) {
+    for (int r = 0; r < nr; r++)
+        for (int64_t i = 0; i < n; i++) y[i] += a[r] * ((const float *)w[r])[i];
 }
-void axpy_f16_ref(int64_t n, float *y, const ggml_fp16_t *w, float a) {
-    for (int64_t i = 0; i < n; i++) y[i] += a * ggml_fp16_to_fp32(w[i]);
+void axpy_f16_ref(int64_t n, float *y, const void *const *w, const float *a, int nr) {
+    for (int r = 0; r < nr; r++)
+        for (int64_t i = 0; i < n; i++) y[i] += a[r] * ggml_fp16_to_fp32(((const ggml_fp16_t *)w[r])[i]);
 }
-void axpy_q8_0_ref(int64_t nb, float *y, const void *vw, float a) {
-    const block_q8_0 *w = (const block_q8_0 *)vw;
-    for (int64_t b = 0; b < nb; b++, y += QK8_0) {
-        const float s = a * ggml_fp16_to_fp32(w[b].d);
-        for (int j = 0; j < QK8_0; j++) y[j] += s * (float)w[b].qs[j];
+void axpy_q8_0_ref(int64_t n, float *y, const void *const *w, const float *a, int nr) {
+    for (int r = 0; r < nr; r++) {
+        const block_q8_0 *x = (const block_q8_0 *)w[r];
+        for (int64_t b = 0; b < n / QK8_0; b++) {
+            const float s = a[r] * ggml_fp16_to_fp32(x[b].d);
+            for (int j = 0; j < QK8_0; j++) y[b * QK8_0 + j] += s * (float)x[b].qs[j];
+        }
     }
 }
-void axpy_q4_0_ref(int64_t nb, float *y, const void *vw, float a) {
-    const block_q4_0 *w = (const block_q4_0 *)vw;
-    for (int64_t b = 0; b < nb; b++, y += QK4_0) {
-        const float s = a * ggml_fp16_to_fp32(w[b].d);
-        for (int j = 0; j < QK4_0 / 2; j++) {
-            y[j] += s * (float)((w[b].qs[j] & 0x0F) - 8);
-            y[j + QK4_0 / 2] += s * (float)((w[b].qs[j] >> 4) - 8);
+void axpy_q4_0_ref(int64_t n, float *y, const void *const *w, const float *a, int nr) {
+    for (int r = 0; r < nr; r++) {
+        const block_q4_0 *x = (const block_q4_0 *)w[r];
+        for (int64_t b = 0; b < n / QK4_0; b++) {
+            const float s = a[r] * ggml_fp16_to_fp32(x[b].d);
+            float *yb = y + b * QK4_0;
+            for (int j = 0; j < QK4_0 / 2; j++) {
+                yb[j] += s * (float)((x[b].qs[j] & 0x0F) - 8);
+                yb[j + QK4_0 / 2] += s * (float)((x[b].qs[j] >> 4) - 8);
+            }
         }
     }
 }
@@ -61,8 +69,13 @@ struct axpy_table {
     axpy_table() {
 #if defined(__x86_64__) || defined(_M_X64)
         __builtin_cpu_init();
-        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl")) {
+            ggml_axpy_kernels_avx512(&best);
+        } else if (avx2) {
             ggml_axpy_kernels_avx2(&best);
+        }
 #endif
     }
 };
@@ -89,6 +102,18 @@ active_list read_list(const char *op, const ggml_tensor *idx, int64_t begin, int
     l.lo = std::lower_bound(ids, ids + m, (int32_t)begin) - ids;
     l.hi = std::lower_bound(ids, ids + m, (int32_t)end) - ids;
     return l;
+}
+
+// Active rows are scattered: the hardware prefetcher only finds a row after it
+// has missed on it. Fetch whole rows about PREFETCH_BYTES ahead so that several
+// rows are in flight at once (memory-level parallelism instead of latency);
+// 2..16 rows, tuned with pinfer-bench-sparse on Q4_0/Q8_0/F16.
+constexpr size_t PREFETCH_BYTES = 20 * 1024;
+inline int64_t prefetch_rows(size_t row_bytes) {
+    return std::min<int64_t>(16, std::max<int64_t>(2, (int64_t)(PREFETCH_BYTES / std::max<size_t>(row_bytes, 1))));
+}
+inline void prefetch_bytes(const char *p, size_t n) {
+    for (size_t o = 0; o < n; o += 64) __builtin_prefetch(p + o);
 }
 
 [[noreturn]] void bad_list(const char *op, int64_t id) {
@@ -159,24 +184,31 @@ namespace {
 
 struct rows_plan {
     ggml_type vdt;
-    size_t vrow;  // bytes of one converted activation row
+    size_t vrow;   // bytes of one converted activation row
     bool convert;
+    bool priv;     // every thread converts all tokens into its own area: no barrier
 };
+
+// Decode (few tokens): a private conversion costs less than a barrier, which on
+// a busy machine can cost a scheduler time slice.
+constexpr int64_t PRIVATE_CONVERT_MAX_T = 2;
 
 rows_plan make_rows_plan(const ggml_tensor *w, const ggml_tensor *x) {
     rows_plan p;
     p.vdt = ggml_get_type_traits(w->type)->vec_dot_type;
     p.vrow = ggml_row_size(p.vdt, x->ne[0]);
     p.convert = p.vdt != GGML_TYPE_F32;
+    p.priv = x->ne[1] <= PRIVATE_CONVERT_MAX_T;
     return p;
 }
 
 }  // namespace
 
 extern "C" size_t ggml_mul_mat_sparse_rows_work_size(const ggml_tensor *node, int n_threads) {
-    (void)n_threads;
     const rows_plan p = make_rows_plan(node->src[0], node->src[1]);
-    return p.convert ? align_up(p.vrow * (size_t)node->src[1]->ne[1]) : 0;
+    if (!p.convert) return 0;
+    const size_t one = align_up(p.vrow * (size_t)node->src[1]->ne[1]);
+    return p.priv ? (size_t)n_threads * one : one;
 }
 
 extern "C" void ggml_compute_forward_mul_mat_sparse_rows(const ggml_compute_params *params, ggml_tensor *dst) {
@@ -192,11 +224,12 @@ extern "C" void ggml_compute_forward_mul_mat_sparse_rows(const ggml_compute_para
     if (p.convert) {  // activations -> vec_dot_type, once per token
         const ggml_from_float_t from_float = ggml_get_type_traits(p.vdt)->from_float;
         if (!from_float) ggml_abort("%s: no converter to %s", op, ggml_type_name(p.vdt));
-        int64_t t0, t1;
-        ggml_split_range(T, ith, nth, &t0, &t1);
+        int64_t t0 = 0, t1 = T;
+        if (p.priv) wdata += (size_t)ith * align_up(p.vrow * (size_t)T);
+        else ggml_split_range(T, ith, nth, &t0, &t1);
         for (int64_t t = t0; t < t1; t++)
             from_float((const float *)((const char *)x->data + t * x->nb[1]), wdata + (size_t)t * p.vrow, K);
-        ggml_barrier(params->tp);
+        if (!p.priv) ggml_barrier(params->tp);
     }
     auto xrow = [&](int64_t t) -> const void * {
         return p.convert ? (const void *)(wdata + (size_t)t * p.vrow) : (const void *)((const char *)x->data + t * x->nb[1]);
@@ -218,9 +251,14 @@ extern "C" void ggml_compute_forward_mul_mat_sparse_rows(const ggml_compute_para
     };
 
     const ggml_vec_dot_t vec_dot = tw->vec_dot;
+    const size_t wbytes = ggml_row_size(w->type, K);
+    auto wrow_of = [&](int64_t a) { return (const char *)w->data + (int64_t)l.ids[a] * w->nb[1]; };
+    const int64_t ahead = prefetch_rows(wbytes);
+    for (int64_t a = a0; a < std::min(a1, a0 + ahead); a++) prefetch_bytes(wrow_of(a), wbytes);
     int64_t cur = lo;
     for (int64_t a = a0; a < a1; a++) {
         const int64_t i = l.ids[a];
+        if (a + ahead < a1) prefetch_bytes(wrow_of(a + ahead), wbytes);
         if (i < cur || i >= hi) bad_list(op, i);
         zero(cur, i);
         const char *wrow = (const char *)w->data + i * w->nb[1];
@@ -237,12 +275,77 @@ namespace {
 // Output slices are multiples of this many elements (and of the block size).
 int64_t down_unit(ggml_type type) { return std::max<int64_t>(64, ggml_blck_size(type)); }
 
+// The dense path of SPARSE_DOWN: h (inactive entries zeroed) converted to
+// w_down's vec_dot_type, then one dot product per output over [begin, end).
+struct down_dense_plan {
+    bool ok = false;
+    ggml_type vdt = GGML_TYPE_F32;
+    int64_t len = 0;
+    size_t vrow = 0;
+};
+
+down_dense_plan make_down_dense_plan(const ggml_tensor *dst) {
+    down_dense_plan p;
+    const ggml_tensor *wd = dst->src[3];
+    if (!wd) return p;
+    const int64_t begin = dst->op_params[0], end = dst->op_params[1];
+    p.vdt = ggml_get_type_traits(wd->type)->vec_dot_type;
+    const int64_t blck = std::max(ggml_blck_size(wd->type), ggml_blck_size(p.vdt));
+    p.len = end - begin;
+    p.ok = p.len > 0 && begin % blck == 0 && end % blck == 0;
+    p.vrow = ggml_row_size(p.vdt, p.len);
+    return p;
+}
+
 }  // namespace
 
 extern "C" size_t ggml_sparse_down_work_size(const ggml_tensor *node, int n_threads) {
     const ggml_tensor *wt = node->src[0];
-    return (size_t)n_threads * align_up(sizeof(float) * (size_t)wt->ne[0]);
+    const size_t sparse = (size_t)n_threads * GGML_AXPY_MAX_ROWS * align_up(sizeof(float) * (size_t)wt->ne[0]);
+    const down_dense_plan p = make_down_dense_plan(node);
+    const size_t dense = p.ok ? align_up(p.vrow * (size_t)node->src[1]->ne[1]) + (size_t)n_threads * align_up(sizeof(float) * (size_t)p.len) : 0;
+    return std::max(sparse, dense);
 }
+
+namespace {
+
+void sparse_down_dense(const ggml_compute_params *params, ggml_tensor *dst, const active_list &l, const down_dense_plan &p) {
+    const char *op = "sparse_down";
+    const ggml_tensor *h = dst->src[1], *wd = dst->src[3];
+    const ggml_type_traits *td = ggml_get_type_traits(wd->type);
+    const int64_t d = wd->ne[1], T = h->ne[1];
+    const int64_t begin = dst->op_params[0], end = dst->op_params[1];
+    const int ith = params->ith, nth = params->nth;
+    char *conv = (char *)params->wdata;
+    float *tmp = (float *)(conv + align_up(p.vrow * (size_t)T) + (size_t)ith * align_up(sizeof(float) * (size_t)p.len));
+    int64_t t0, t1;
+    ggml_split_range(T, ith, nth, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++) {
+        const float *ht = (const float *)((const char *)h->data + t * h->nb[1]);
+        memset(tmp, 0, sizeof(float) * (size_t)p.len);
+        int64_t prev = begin - 1;
+        for (int64_t a = l.lo; a < l.hi; a++) {
+            const int64_t i = l.ids[a];
+            if (i <= prev || i >= end) bad_list(op, i);
+            prev = i;
+            tmp[i - begin] = ht[i];
+        }
+        char *out = conv + (size_t)t * p.vrow;
+        if (p.vdt == GGML_TYPE_F32) memcpy(out, tmp, sizeof(float) * (size_t)p.len);
+        else ggml_get_type_traits(p.vdt)->from_float(tmp, out, p.len);
+    }
+    ggml_barrier(params->tp);
+    int64_t j0, j1;
+    ggml_split_range(d, ith, nth, &j0, &j1);
+    const size_t woff = (size_t)(begin / td->blck_size) * td->type_size;
+    for (int64_t j = j0; j < j1; j++) {
+        const char *row = (const char *)wd->data + j * wd->nb[1] + woff;
+        for (int64_t t = 0; t < T; t++)
+            td->vec_dot(p.len, (float *)((char *)dst->data + t * dst->nb[1]) + j, row, conv + (size_t)t * p.vrow);
+    }
+}
+
+}  // namespace
 
 extern "C" void ggml_compute_forward_sparse_down(const ggml_compute_params *params, ggml_tensor *dst) {
     const char *op = "sparse_down";
@@ -251,6 +354,14 @@ extern "C" void ggml_compute_forward_sparse_down(const ggml_compute_params *para
     const int64_t d = wt->ne[0], T = h->ne[1];
     const int64_t begin = dst->op_params[0], end = dst->op_params[1];
     const int ith = params->ith, nth = params->nth;
+
+    const active_list l = read_list(op, idx, begin, end);
+    const down_dense_plan dp = make_down_dense_plan(dst);
+    const int mode = dst->op_params[2];
+    if (dp.ok && (mode == 2 || (mode == 0 && ggml_sparse_should_use_dense(l.hi - l.lo, end - begin, T)))) {
+        sparse_down_dense(params, dst, l, dp);
+        return;
+    }
 
     const int64_t unit = down_unit(wt->type);
     int64_t u0, u1;
@@ -263,50 +374,61 @@ extern "C" void ggml_compute_forward_sparse_down(const ggml_compute_params *para
     auto hval = [&](int64_t i, int64_t t) { return ((const float *)((const char *)h->data + t * h->nb[1]))[i]; };
     for (int64_t t = 0; t < T; t++) memset(yrow(t), 0, sizeof(float) * (size_t)len);
 
-    const active_list l = read_list(op, idx, begin, end);
     const ggml_axpy_kernels &k = axpy_kernels();
-    float *buf = (float *)((char *)params->wdata + (size_t)ith * align_up(sizeof(float) * (size_t)d));
+    const size_t bstride = align_up(sizeof(float) * (size_t)d) / sizeof(float);
+    float *buf = (float *)((char *)params->wdata + (size_t)ith * GGML_AXPY_MAX_ROWS * bstride * sizeof(float));
     const ggml_type type = wt->type;
-    const bool fused = T == 1 && (type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || type == GGML_TYPE_Q8_0 ||
-                                  type == GGML_TYPE_Q4_0);
+    // Rows are applied GGML_AXPY_MAX_ROWS at a time (fewer stores of y); the
+    // grouping only depends on the list, and grouped rows give the same bits.
+    ggml_axpy_t kern = k.f32;  // on decoded or F32 rows
+    bool direct = type == GGML_TYPE_F32;
+    if (T == 1) {
+        switch (type) {
+            case GGML_TYPE_F16: kern = k.f16, direct = true; break;
+            case GGML_TYPE_Q8_0: kern = k.q8_0, direct = true; break;
+            case GGML_TYPE_Q4_0: kern = k.q4_0, direct = true; break;
+            default: break;
+        }
+    }
+    const size_t sbytes = (size_t)(len / tw->blck_size) * tw->type_size;  // this thread's slice of a row
+    auto slice_of = [&](int64_t a) { return (const char *)wt->data + (int64_t)l.ids[a] * wt->nb[1] + woff; };
+    const int64_t ahead = prefetch_rows(sbytes);
+    for (int64_t a = l.lo; a < std::min(l.hi, l.lo + ahead); a++) prefetch_bytes(slice_of(a), sbytes);
+
+    const void *rows[GGML_AXPY_MAX_ROWS];
+    int64_t gid[GGML_AXPY_MAX_ROWS];
+    float av[GGML_AXPY_MAX_ROWS];
+    int nr = 0;
+    auto flush = [&]() {
+        if (nr == 0) return;
+        for (int64_t t = 0; t < T; t++) {
+            for (int r = 0; r < nr; r++) av[r] = hval(gid[r], t);
+            kern(len, yrow(t), rows, av, nr);
+        }
+        nr = 0;
+    };
     int64_t prev = begin - 1;
     for (int64_t a = l.lo; a < l.hi; a++) {
         const int64_t i = l.ids[a];
         if (i <= prev || i >= end) bad_list(op, i);
         prev = i;
-        const char *row = (const char *)wt->data + i * wt->nb[1] + woff;
-        if (a + 1 < l.hi) {  // the next row is a jump in memory: start fetching it
-            const char *next = (const char *)wt->data + (int64_t)l.ids[a + 1] * wt->nb[1] + woff;
-            __builtin_prefetch(next);
-            __builtin_prefetch(next + 64);
-        }
-        if (fused) {
-            const float a1 = hval(i, 0);
-            if (a1 == 0.0f) continue;  // adds nothing (relu zeros are common)
-            float *y = yrow(0);
-            switch (type) {
-                case GGML_TYPE_F32: k.f32(len, y, (const float *)row, a1); break;
-                case GGML_TYPE_F16: k.f16(len, y, (const ggml_fp16_t *)row, a1); break;
-                case GGML_TYPE_Q8_0: k.q8_0(len / QK8_0, y, row, a1); break;
-                default: k.q4_0(len / QK4_0, y, row, a1); break;
-            }
-            continue;
-        }
-        bool any = false;
+        if (a + ahead < l.hi) prefetch_bytes(slice_of(a + ahead), sbytes);
+        bool any = false;  // a neuron with h = 0 for every token adds nothing (relu zeros)
         for (int64_t t = 0; t < T && !any; t++) any = hval(i, t) != 0.0f;
         if (!any) continue;
-        const float *w = (const float *)row;
-        if (type != GGML_TYPE_F32) {
-            tw->to_float(row, buf, len);
-            w = buf;
+        const char *row = slice_of(a);
+        if (direct) {
+            rows[nr] = row;
+        } else {
+            float *dq = buf + (size_t)nr * bstride;
+            tw->to_float(row, dq, len);
+            rows[nr] = dq;
         }
-        for (int64_t t = 0; t < T; t++) {
-            const float at = hval(i, t);
-            if (at != 0.0f) k.f32(len, yrow(t), w, at);
-        }
+        gid[nr++] = i;
+        if (nr == GGML_AXPY_MAX_ROWS) flush();
     }
+    flush();
 }
-
 // ---------------------------------------------------------------- policy
 
 extern "C" bool ggml_sparse_should_use_dense(int64_t n_active, int64_t n, int64_t T) {

@@ -1,6 +1,6 @@
-// AVX2/FMA/F16C kernels of y += a * w for the column-sparse down projection
-// (see sparse-axpy.h). Memory bound: one pass over the weight slice, the y
-// slice stays in L1.
+// AVX2/FMA/F16C kernels of y += Σ_r a_r * w_r for the column-sparse down
+// projection (see sparse-axpy.h). Up to four rows per pass: y is loaded and
+// stored once per pass, the rows' decoded values meet it in registers.
 #include "sparse-axpy.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -11,68 +11,110 @@
 
 namespace {
 
-void axpy_f32(int64_t n, float *y, const float *w, float a) {
-    const __m256 va = _mm256_set1_ps(a);
+template <int NR>
+void f32_rows(int64_t n, float *y, const void *const *vw, const float *a) {
+    const float *w[NR];
+    __m256 va[NR];
+    for (int r = 0; r < NR; r++) w[r] = (const float *)vw[r], va[r] = _mm256_set1_ps(a[r]);
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(w + i), _mm256_loadu_ps(y + i)));
-        _mm256_storeu_ps(y + i + 8, _mm256_fmadd_ps(va, _mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(y + i + 8)));
+    for (; i + 8 <= n; i += 8) {
+        __m256 acc = _mm256_loadu_ps(y + i);
+        for (int r = 0; r < NR; r++) acc = _mm256_fmadd_ps(va[r], _mm256_loadu_ps(w[r] + i), acc);
+        _mm256_storeu_ps(y + i, acc);
     }
-    for (; i < n; i++) y[i] = fmaf(a, w[i], y[i]);
+    for (; i < n; i++)
+        for (int r = 0; r < NR; r++) y[i] = fmaf(a[r], w[r][i], y[i]);
 }
 
-void axpy_f16(int64_t n, float *y, const ggml_fp16_t *w, float a) {
-    const __m256 va = _mm256_set1_ps(a);
+template <int NR>
+void f16_rows(int64_t n, float *y, const void *const *vw, const float *a) {
+    const ggml_fp16_t *w[NR];
+    __m256 va[NR];
+    for (int r = 0; r < NR; r++) w[r] = (const ggml_fp16_t *)vw[r], va[r] = _mm256_set1_ps(a[r]);
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i)));
-        const __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + 8)));
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, w0, _mm256_loadu_ps(y + i)));
-        _mm256_storeu_ps(y + i + 8, _mm256_fmadd_ps(va, w1, _mm256_loadu_ps(y + i + 8)));
+    for (; i + 8 <= n; i += 8) {
+        __m256 acc = _mm256_loadu_ps(y + i);
+        for (int r = 0; r < NR; r++)
+            acc = _mm256_fmadd_ps(va[r], _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[r] + i))), acc);
+        _mm256_storeu_ps(y + i, acc);
     }
-    for (; i < n; i++) y[i] = fmaf(a, _cvtsh_ss(w[i]), y[i]);
+    for (; i < n; i++)
+        for (int r = 0; r < NR; r++) y[i] = fmaf(a[r], _cvtsh_ss(w[r][i]), y[i]);
 }
 
-inline void fma8_i8(float *y, __m128i q8, __m256 s) {  // 8 int8 in the low half of q8
-    const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
-    _mm256_storeu_ps(y, _mm256_fmadd_ps(s, q, _mm256_loadu_ps(y)));
-}
+inline __m256 i8x8_to_ps(__m128i q) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)); }
 
-void axpy_q8_0(int64_t nb, float *y, const void *vw, float a) {
-    const block_q8_0 *w = (const block_q8_0 *)vw;
-    for (int64_t b = 0; b < nb; b++, y += QK8_0) {
-        const __m256 s = _mm256_set1_ps(a * _cvtsh_ss(w[b].d));
-        const __m128i lo = _mm_loadu_si128((const __m128i *)w[b].qs);
-        const __m128i hi = _mm_loadu_si128((const __m128i *)(w[b].qs + 16));
-        fma8_i8(y, lo, s);
-        fma8_i8(y + 8, _mm_srli_si128(lo, 8), s);
-        fma8_i8(y + 16, hi, s);
-        fma8_i8(y + 24, _mm_srli_si128(hi, 8), s);
+// Block kernels: decode 32 int8 values per row into q[r][0..1] (two 16-byte
+// halves), then four 8-wide groups of y take one FMA per row each.
+template <int NR, typename Decode>
+void blocks_rows(int64_t nb, float *y, const void *const *vw, const float *a, size_t bsize) {
+    for (int64_t b = 0; b < nb; b++, y += 32) {
+        __m256 s[NR];
+        __m128i q[NR][2];
+        for (int r = 0; r < NR; r++) {
+            const char *blk = (const char *)vw[r] + b * bsize;
+            s[r] = _mm256_set1_ps(a[r] * _cvtsh_ss(*(const ggml_fp16_t *)blk));
+            Decode::run(blk, q[r]);
+        }
+        for (int g = 0; g < 4; g++) {
+            __m256 acc = _mm256_loadu_ps(y + 8 * g);
+            for (int r = 0; r < NR; r++) {
+                const __m128i h = q[r][g >> 1];
+                acc = _mm256_fmadd_ps(s[r], i8x8_to_ps((g & 1) ? _mm_srli_si128(h, 8) : h), acc);
+            }
+            _mm256_storeu_ps(y + 8 * g, acc);
+        }
     }
 }
 
-void axpy_q4_0(int64_t nb, float *y, const void *vw, float a) {
-    const block_q4_0 *w = (const block_q4_0 *)vw;
+struct decode_q8_0 {
+    static inline __attribute__((always_inline)) void run(const char *blk, __m128i q[2]) {
+    const block_q8_0 *x = (const block_q8_0 *)blk;
+    q[0] = _mm_loadu_si128((const __m128i *)x->qs);
+    q[1] = _mm_loadu_si128((const __m128i *)(x->qs + 16));
+    }
+};
+
+struct decode_q4_0 {
+    static inline __attribute__((always_inline)) void run(const char *blk, __m128i q[2]) {
+    // element j < 16 is the low nibble of byte j, element 16 + j the high one
+    const block_q4_0 *x = (const block_q4_0 *)blk;
     const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
-    for (int64_t b = 0; b < nb; b++, y += QK4_0) {
-        const __m256 s = _mm256_set1_ps(a * _cvtsh_ss(w[b].d));
-        const __m128i q = _mm_loadu_si128((const __m128i *)w[b].qs);
-        // element j < 16 is the low nibble of byte j, element 16 + j the high one
-        const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, mask), eight);
-        const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), mask), eight);
-        fma8_i8(y, lo, s);
-        fma8_i8(y + 8, _mm_srli_si128(lo, 8), s);
-        fma8_i8(y + 16, hi, s);
-        fma8_i8(y + 24, _mm_srli_si128(hi, 8), s);
+    const __m128i v = _mm_loadu_si128((const __m128i *)x->qs);
+    q[0] = _mm_sub_epi8(_mm_and_si128(v, mask), eight);
+    q[1] = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), mask), eight);
+    }
+};
+
+template <template <int> class K>
+void dispatch_rows(int64_t n, float *y, const void *const *w, const float *a, int nr) {
+    switch (nr) {
+        case 1: K<1>::run(n, y, w, a); break;
+        case 2: K<2>::run(n, y, w, a); break;
+        case 3: K<3>::run(n, y, w, a); break;
+        default: K<4>::run(n, y, w, a); break;
     }
 }
+
+template <int NR> struct F32K { static void run(int64_t n, float *y, const void *const *w, const float *a) { f32_rows<NR>(n, y, w, a); } };
+template <int NR> struct F16K { static void run(int64_t n, float *y, const void *const *w, const float *a) { f16_rows<NR>(n, y, w, a); } };
+template <int NR> struct Q80K {
+    static void run(int64_t n, float *y, const void *const *w, const float *a) {
+        blocks_rows<NR, decode_q8_0>(n / 32, y, w, a, sizeof(block_q8_0));
+    }
+};
+template <int NR> struct Q40K {
+    static void run(int64_t n, float *y, const void *const *w, const float *a) {
+        blocks_rows<NR, decode_q4_0>(n / 32, y, w, a, sizeof(block_q4_0));
+    }
+};
 
 }  // namespace
 
 void ggml_axpy_kernels_avx2(ggml_axpy_kernels *k) {
-    k->f32 = axpy_f32;
-    k->f16 = axpy_f16;
-    k->q8_0 = axpy_q8_0;
-    k->q4_0 = axpy_q4_0;
+    k->f32 = dispatch_rows<F32K>;
+    k->f16 = dispatch_rows<F16K>;
+    k->q8_0 = dispatch_rows<Q80K>;
+    k->q4_0 = dispatch_rows<Q40K>;
 }
 #endif

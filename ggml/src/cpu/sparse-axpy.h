@@ -1,24 +1,28 @@
-// Internal: y += a * w over one slice of a weight row, the inner loop of the
-// column-sparse down projection. The SIMD family lives in sparse-axpy-avx2.cpp
-// (compiled with its own -m flags); ops-sparse.cpp holds the scalar versions.
+// Internal: y += Σ_r a[r] * w_r over one slice of nr (1..4) weight rows, the
+// inner loop of the column-sparse down projection. SIMD families live in
+// sparse-axpy-avx2.cpp / sparse-axpy-avx512.cpp (compiled with their own -m
+// flags); ops-sparse.cpp holds the scalar versions.
 //
-// Every kernel computes each y element as one fused multiply-add of a scale and
-// the decoded weight (the scalar versions as a multiply then an add), so an
-// element's result never depends on where a slice starts: thread splits of the
-// output cannot change the bits.
+// Rows are applied in the order given, each y element getting one fused
+// multiply-add per row (scalar: multiply then add), so taking rows one, two or
+// four at a time gives the same bits, and an element's result never depends on
+// where a slice starts: thread splits of the output cannot change the result.
 #pragma once
 #include <stdint.h>
 
 #include "ggml.h"
 
+#define GGML_AXPY_MAX_ROWS 4
+
+// n: elements of the slice (a multiple of 32 for the block types).
+typedef void (*ggml_axpy_t)(int64_t n, float *y, const void *const *w, const float *a, int nr);
+
 struct ggml_axpy_kernels {
-    void (*f32)(int64_t n, float *y, const float *w, float a);
-    void (*f16)(int64_t n, float *y, const ggml_fp16_t *w, float a);
-    void (*q8_0)(int64_t nblocks, float *y, const void *w, float a);  // blocks of 32
-    void (*q4_0)(int64_t nblocks, float *y, const void *w, float a);
+    ggml_axpy_t f32, f16, q8_0, q4_0;
 };
 
 #if defined(__x86_64__) || defined(_M_X64)
-// AVX2 + FMA + F16C kernels; only call after checking the CPU supports them.
-void ggml_axpy_kernels_avx2(struct ggml_axpy_kernels *k);
+// Only call after checking the CPU supports the family.
+void ggml_axpy_kernels_avx2(struct ggml_axpy_kernels *k);    // AVX2 + FMA + F16C
+void ggml_axpy_kernels_avx512(struct ggml_axpy_kernels *k);  // AVX-512 F/BW/VL
 #endif
