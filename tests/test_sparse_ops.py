@@ -249,6 +249,71 @@ def test_down_scalar_kernels():
         _core.force_scalar(False)
 
 
+@pytest.mark.parametrize("wtype", ["f16", "q8_0", "q4_0", "q4_K"])
+@pytest.mark.parametrize("T", [1, 3])
+@pytest.mark.parametrize("b0,b1", [(0, None), (1, None), (0, 2), (1, 1)])  # in blocks of w_down
+def test_down_dense_path(wtype, T, b0, b1):
+    """With the plain ffn_down given, mode 2 (dense matvec over the range, inactive
+    h as 0) and mode 0 (policy) compute the same sum as the sparse kernel."""
+    g = np.random.default_rng(70 + T)
+    B = max(blck(wtype), 32)
+    n, d = 512 if B == 32 else 768, 2 * B
+    begin, end = b0 * B, n if b1 is None else b1 * B
+    wt, wt64 = make_weight(wtype, n, d, g)
+    wd, wd64 = make_weight(wtype, d, n, g)  # independent values: the test sees which matrix was used
+    h = g.standard_normal((T, n)).astype(np.float32)
+    act = random_active(n, 0.6, g)
+    idx = index_list(n, [act])
+    use = act[(act >= begin) & (act < end)]
+    hm = np.zeros((T, n))
+    hm[:, use] = h[:, use]
+    for mode, w_used in ((2, "dense"), (1, "sparse"), (0, None)):
+        y = run("sparse_down", [wt, h, idx, wd], {"begin": begin, "end": end, "mode": mode}).reshape(T, d)
+        ref_sparse = hm @ wt64
+        # the dense path sees h as the dot kernel does (quantized to vec_dot_type)
+        ref_dense = act_as_seen(wtype, hm[:, begin:end].astype(np.float32)) @ wd64.T[begin:end] if end > begin else np.zeros((T, d))
+        mag_s = np.abs(hm) @ np.abs(wt64)
+        mag_d = np.abs(hm[:, begin:end]) @ np.abs(wd64.T[begin:end]) if end > begin else np.zeros((T, d))
+        ok_s = np.all(np.abs(y - ref_sparse) <= 1.2e-7 * (len(use) + 4) * mag_s + 1e-30)
+        ok_d = np.all(np.abs(y - ref_dense) <= 3e-6 * mag_d + 1e-30)
+        if begin == end:
+            assert np.all(y == 0.0)
+        elif w_used == "dense":
+            assert ok_d
+        elif w_used == "sparse":
+            assert ok_s
+        else:
+            assert ok_s or ok_d
+
+
+def test_down_dense_path_unaligned_range_stays_sparse():
+    g = np.random.default_rng(80)
+    n, d = 320, 64
+    wt, wt64 = make_weight("q8_0", n, d, g)
+    wd, _ = make_weight("q8_0", d, n, g)  # blocks of 32 along n: [5, 290) is not aligned
+    h = g.standard_normal((1, n)).astype(np.float32)
+    act = random_active(n, 0.9, g)
+    idx = index_list(n, [act])
+    y = run("sparse_down", [wt, h, idx, wd], {"begin": 5, "end": 290, "mode": 2}).reshape(1, d)
+    use = act[(act >= 5) & (act < 290)]
+    ref = h.astype(np.float64)[:, use] @ wt64[use]
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)  # the sparse kernel ran, not w_down
+
+
+def test_sparse_should_use_dense_policy_drives_the_op():
+    """mode 0 follows ggml_sparse_should_use_dense: full density -> dense path."""
+    g = np.random.default_rng(81)
+    n, d = 256, 64
+    wt, wt64 = make_weight("f32", n, d, g)
+    wd = np.zeros((d, n), np.float32)  # dense path would give exactly 0
+    h = g.standard_normal((1, n)).astype(np.float32)
+    full = index_list(n, [np.arange(n)])
+    few = index_list(n, [np.arange(0, n, 50)])
+    assert np.all(run("sparse_down", [wt, h, full, wd], {"mode": 0}) == 0.0)
+    y = run("sparse_down", [wt, h, few, wd], {"mode": 0}).reshape(1, d)
+    np.testing.assert_allclose(y, h[:, ::50].astype(np.float64) @ wt64[::50], rtol=1e-5, atol=1e-5)
+
+
 def test_down_range_shares_add_up():
     """A GPU-style split: [0, k) and [k, n) computed separately sum to the whole."""
     n, d, k = 211, 128, 70
@@ -304,3 +369,7 @@ def test_bad_index_lists_and_ranges():
         _core.run_op("mul_mat_sparse_rows", [w, np.ones((1, 64), np.float32), np.zeros((1, 6), np.int32)])
     with pytest.raises(ValueError, match="idx"):
         _core.run_op("sparse_down", [w, np.ones((1, 5), np.float32), np.zeros((1, 9), np.int32)])
+    with pytest.raises(ValueError, match="w_down"):
+        _core.run_op("sparse_down", [w, np.ones((1, 5), np.float32), np.zeros((1, 6), np.int32), np.ones((5, 32), np.float32)])
+    with pytest.raises(ValueError, match="mode"):
+        _core.run_op("sparse_down", [w, np.ones((1, 5), np.float32), np.zeros((1, 6), np.int32)], {"mode": 3})
