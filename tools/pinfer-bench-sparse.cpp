@@ -184,14 +184,16 @@ bool bench_type(ggml_type t, const opts &o, ggml_threadpool *tp) {
     printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (double sp : o.sparsity) {
         const int64_t k = std::max<int64_t>(0, std::min<int64_t>(n, (int64_t)std::llround(n * (1.0 - sp / 100.0))));
-        for (int l = 0; l < L; l++) {
-            const std::vector<int32_t> ids = draw_active(n, k, o.skew, rng);
-            int32_t *p = (int32_t *)idx[l]->data;
-            p[0] = (int32_t)k;
-            for (int64_t j = 0; j < n; j++) p[1 + j] = j < k ? ids[(size_t)j] : -1;
-        }
         std::vector<double> td, ts, tq;
         for (int r = 0; r < o.reps + 1; r++) {  // the first round warms up
+            // Fresh active sets every repetition (as tokens change them): the
+            // active rows of all layers must not sit in the LLC from the last round.
+            for (int l = 0; l < L; l++) {
+                const std::vector<int32_t> ids = draw_active(n, k, o.skew, rng);
+                int32_t *p = (int32_t *)idx[l]->data;
+                p[0] = (int32_t)k;
+                for (int64_t j = 0; j < n; j++) p[1 + j] = j < k ? ids[(size_t)j] : -1;
+            }
             const double t0 = now();
             ggml_graph_compute(gd, tp);
             const double t1 = now();

@@ -4,10 +4,12 @@
 // SPARSE_SELECT: neurons split among threads; each thread counts its actives,
 //   then (after a barrier) writes them at the offset given by the counts of the
 //   threads before it, so the lists come out sorted without a merge.
-// MUL_MAT_SPARSE_ROWS: the activations are converted once to the weight type's
-//   vec_dot_type; the ACTIVE LIST (not the index range) is split evenly among
+// MUL_MAT_SPARSE_ROWS: the activations are converted once per token to the
+//   weight type's vec_dot_type (for T <= 2 by every thread privately, which
+//   saves a barrier); the ACTIVE LIST (not the index range) is split evenly among
 //   threads, so every thread reads the same number of weight rows. Each thread
 //   also zero-fills the inactive outputs between its first and last active id.
+//   Each output is one vec_dot call, the same as in the dense MUL_MAT.
 // SPARSE_DOWN: the OUTPUT dimension d is split among threads (slices aligned to
 //   the weight block). Every thread walks the whole active list in ascending
 //   order and accumulates h_i * wt_i[slice] into its own slice of y: accumulators
@@ -17,6 +19,11 @@
 //   Rows are decoded on the fly: fused kernels for F32/F16/Q8_0/Q4_0 when T = 1,
 //   otherwise to_float into a per-thread buffer and then f32 axpys per token;
 //   either way up to four rows per pass over the y slice (sparse-axpy.h).
+//   Given the plain ffn_down (src[3]) and a density at which the dense matvec
+//   wins (ggml_sparse_should_use_dense), it runs that instead: h with inactive
+//   entries zeroed, converted once, one vec_dot per output over [begin, end).
+// Scattered rows are prefetched in software several rows ahead; at decode the
+// TLB dominates with 4 KiB pages (docs/sparse-bench.md: weights want 2 MiB pages).
 #include <string.h>
 
 #include <algorithm>
@@ -112,9 +119,6 @@ constexpr size_t PREFETCH_BYTES = 20 * 1024;
 inline int64_t prefetch_rows(size_t row_bytes) {
     return std::min<int64_t>(16, std::max<int64_t>(2, (int64_t)(PREFETCH_BYTES / std::max<size_t>(row_bytes, 1))));
 }
-// At half density or more the rows are nearly consecutive: the hardware
-// prefetcher streams them and software prefetches only cost issue slots.
-inline bool dense_enough(int64_t n_active, int64_t n_range) { return 2 * n_active >= n_range; }
 inline void prefetch_bytes(const char *p, size_t n) {
     for (size_t o = 0; o < n; o += 64) __builtin_prefetch(p + o);
 }
@@ -256,7 +260,7 @@ extern "C" void ggml_compute_forward_mul_mat_sparse_rows(const ggml_compute_para
     const ggml_vec_dot_t vec_dot = tw->vec_dot;
     const size_t wbytes = ggml_row_size(w->type, K);
     auto wrow_of = [&](int64_t a) { return (const char *)w->data + (int64_t)l.ids[a] * w->nb[1]; };
-    const int64_t ahead = dense_enough(l.hi - l.lo, end - begin) ? INT64_MAX / 2 : prefetch_rows(wbytes);
+    const int64_t ahead = prefetch_rows(wbytes);
     for (int64_t a = a0; a < std::min(a1, a0 + ahead); a++) prefetch_bytes(wrow_of(a), wbytes);
     int64_t cur = lo;
     for (int64_t a = a0; a < a1; a++) {
@@ -395,7 +399,7 @@ extern "C" void ggml_compute_forward_sparse_down(const ggml_compute_params *para
     }
     const size_t sbytes = (size_t)(len / tw->blck_size) * tw->type_size;  // this thread's slice of a row
     auto slice_of = [&](int64_t a) { return (const char *)wt->data + (int64_t)l.ids[a] * wt->nb[1] + woff; };
-    const int64_t ahead = dense_enough(l.hi - l.lo, end - begin) ? INT64_MAX / 2 : prefetch_rows(sbytes);
+    const int64_t ahead = prefetch_rows(sbytes);
     for (int64_t a = l.lo; a < std::min(l.hi, l.lo + ahead); a++) prefetch_bytes(slice_of(a), sbytes);
 
     const void *rows[GGML_AXPY_MAX_ROWS];
