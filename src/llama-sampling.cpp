@@ -11,9 +11,13 @@ namespace {
 
 // Strict weak order: higher logit first, lower id first on ties, so every sort and
 // partial sort gives the same order on every platform.
-inline bool better(const token_candidate & a, const token_candidate & b) {
-    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
-}
+// A function object, not a function pointer, so the std algorithms inline it.
+struct better_t {
+    bool operator()(const token_candidate & a, const token_candidate & b) const {
+        return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+    }
+};
+constexpr better_t better{};
 
 void check(bool ok, const char * msg) {
     if (!ok) throw std::invalid_argument(msg);
@@ -100,11 +104,16 @@ void sampler::penalize() {
 void sampler::sort_prefix(size_t m) {
     m = std::min(m, n_cur_);
     if (m <= n_sorted_) return;
-    auto first = cur_.begin(), last = cur_.begin() + std::ptrdiff_t(n_cur_);
-    if (m == n_cur_) {
-        std::sort(first, last, better);
+    // Everything past the sorted prefix ranks below it, so extending the prefix only
+    // needs work on the unsorted rest, which top-p reuses when it grows the prefix.
+    auto base = cur_.begin() + std::ptrdiff_t(n_sorted_);
+    auto mid = cur_.begin() + std::ptrdiff_t(m), last = cur_.begin() + std::ptrdiff_t(n_cur_);
+    if (size_t(mid - base) * 32 < size_t(last - base)) {
+        // A short prefix (top-k 40 of 150k): a heap that most elements never enter.
+        std::partial_sort(base, mid, last, better);
     } else {
-        std::partial_sort(first, first + std::ptrdiff_t(m), last, better);
+        if (mid != last) std::nth_element(base, mid, last, better);
+        std::sort(base, mid, better);
     }
     n_sorted_ = m;
 }
@@ -139,12 +148,46 @@ void sampler::top_k() {
     n_cur_ = size_t(k);
 }
 
+size_t sampler::select_mass(size_t lo, size_t hi, double need) {
+    // Quickselect by probability mass: keeps the invariant that the answer e (smallest
+    // end with mass(best of [lo, e)) >= need) lies in (lo, hi]. Expected O(n), no sort;
+    // [lo, e) ends up holding exactly the best candidates, in no particular order.
+    while (hi - lo > 1) {
+        // Median of three as pivot, moved to hi - 1.
+        const size_t mid = lo + (hi - lo) / 2;
+        token_candidate * c = cur_.data();
+        if (better(c[mid], c[lo])) std::swap(c[mid], c[lo]);
+        if (better(c[hi - 1], c[lo])) std::swap(c[hi - 1], c[lo]);
+        if (better(c[mid], c[hi - 1])) std::swap(c[mid], c[hi - 1]);
+        const token_candidate pv = c[hi - 1];
+        size_t st = lo;
+        double mass = 0.0;
+        for (size_t i = lo; i + 1 < hi; ++i) {
+            if (better(c[i], pv)) {
+                mass += c[i].p;
+                std::swap(c[i], c[st++]);
+            }
+        }
+        std::swap(c[st], c[hi - 1]);  // pivot now at st, better ones before it
+        if (mass >= need) {
+            hi = st;
+        } else if (mass + pv.p >= need) {
+            return st + 1;
+        } else {
+            need -= mass + pv.p;
+            lo = st + 1;
+        }
+    }
+    return hi;
+}
+
 void sampler::top_p() {
     const float top_p = params_.top_p;
     if (top_p >= 1.0f) return;
     softmax();
-    // Sort only as far as the cumulative mass needs: start with a small prefix and
-    // double it, so a peaked distribution over a 150k vocabulary costs O(n log m).
+    // Peaked distributions (the usual case) are settled by a short sorted prefix; a
+    // flat tail is finished by a mass quickselect instead of sorting most of the
+    // vocabulary.
     size_t m = std::max<size_t>(64, params_.min_keep);
     double cum = 0.0;
     size_t i = 0;
@@ -158,8 +201,10 @@ void sampler::top_p() {
             }
         }
         if (n_sorted_ >= n_cur_) return;  // rounding kept the mass just under top_p: keep all
+        if (m >= 1024) break;
         m = std::min(n_cur_, m * 2);
     }
+    n_cur_ = select_mass(n_sorted_, n_cur_, double(top_p) - cum);
 }
 
 void sampler::min_p() {

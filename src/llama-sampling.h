@@ -51,7 +51,7 @@ public:
     int32_t sample(const float * logits, size_t n_vocab);
 
     // Runs the chain without the final pick; the surviving candidates are then in
-    // candidates() (sorted by logit descending when a sorting stage ran), with p set.
+    // candidates() with p set. Their order is unspecified (top-k leaves them sorted).
     void apply(const float * logits, size_t n_vocab);
     const token_candidate * candidates() const { return cur_.data(); }
     size_t n_candidates() const { return n_cur_; }
@@ -66,6 +66,7 @@ private:
     void load(const float * logits, size_t n_vocab);
     void penalize();
     void sort_prefix(size_t m);  // make [0, m) the m best candidates, in order
+    size_t select_mass(size_t lo, size_t hi, double need);
     void softmax();
     void top_k();
     void top_p();

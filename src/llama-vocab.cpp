@@ -211,11 +211,13 @@ void llama_vocab::tokenize_text(const std::string &text, bool first_fragment, st
         pinfer::pretokenize(pretok_, text, words);
         for (const auto &[a, b] : words) bpe_word(text.data() + a, b - a, out);
     } else {
-        // The space is prefixed only at the start of the text, as Hugging Face's
-        // Metaspace(prepend_scheme="first") does.
+        // The space is prefixed only at the start of the text and only when the
+        // text does not already start with one, as Hugging Face's
+        // Metaspace(prepend_scheme="first") does. (sentencepiece itself would
+        // prefix " x" too, giving two U+2581.)
         std::string s;
         s.reserve(text.size() * 3 + 3);
-        if (params_.add_space_prefix && first_fragment) s += SPM_SPACE;
+        if (params_.add_space_prefix && first_fragment && text[0] != ' ') s += SPM_SPACE;
         for (char c : text) {
             if (c == ' ') s += SPM_SPACE;
             else s += c;
@@ -244,7 +246,8 @@ void llama_vocab::bpe_word(const char *s, size_t n, std::vector<int32_t> &out) c
     syms.clear();
     for (size_t k = 0; k < n; ++k) {
         int32_t id = byte_token_[uint8_t(s[k])];
-        if (id < 0) id = params_.unk;  // a byte-level vocabulary has all 256; be defensive
+        // A vocabulary lacking a byte's token (SmolLM2 has no U+011D, byte 0x1D)
+        // drops it, as Hugging Face's BPE does without an unk token.
         if (id < 0) continue;
         int32_t idx = int32_t(syms.size());
         syms.push_back({id, idx - 1, idx + 1});
@@ -355,14 +358,19 @@ std::string llama_vocab::detokenize(const std::vector<int32_t> &ids, bool remove
     if (remove_special && params_.add_bos && end > begin && ids[begin] == params_.bos) ++begin;
     if (remove_special && params_.add_eos && end > begin && ids[end - 1] == params_.eos) --end;
     std::string out;
+    // SentencePiece: the space that tokenize prefixed belongs to no word
+    // (HF's decoder likewise strips one leading space.)
+    bool strip_space = kind_ == kind::spm && params_.add_space_prefix && remove_special;
     for (size_t k = begin; k < end; ++k) {
         const std::string &p = token_to_piece(ids[k], unparse_special);
-        // SentencePiece: the space that tokenize prefixed belongs to no word
-        if (kind_ == kind::spm && params_.add_space_prefix && remove_special && out.empty() && !p.empty() &&
-            p[0] == ' ' && params_.types[ids[k]] != LLAMA_TOKEN_TYPE_BYTE)
-            out.append(p, 1, std::string::npos);
-        else
-            out += p;
+        if (strip_space && !p.empty()) {
+            strip_space = false;
+            if (p[0] == ' ' && params_.types[ids[k]] != LLAMA_TOKEN_TYPE_BYTE) {
+                out.append(p, 1, std::string::npos);
+                continue;
+            }
+        }
+        out += p;
     }
     return out;
 }

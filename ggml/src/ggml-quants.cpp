@@ -467,28 +467,53 @@ void search_scale_min(const float *x, int n, int nmax, float *a_out, float *b_ou
     *b_out = best_b;
 }
 
-// Step 2 for affine types: the scales a[] and minimums b[] of nsub sub-blocks
-// become d*sc[] and dmin*m[] with sc, m in [0, smax]; d and dmin as fp16.
-void quantize_scales_mins(const float *a, const float *b, int nsub, int smax, ggml_fp16_t *d16,
-                          ggml_fp16_t *dmin16, uint8_t *sc, uint8_t *m) {
+// The fp16 super-block scale d for which v/d is about smax: the nearest fp16
+// to v/smax, moved up an ulp at a time while v/d would round past smax (only
+// happens for subnormal d, where fp16 is coarse), and never 0 for nonzero v,
+// so tiny data keeps the smallest scale the format has instead of vanishing.
+ggml_fp16_t fp16_scale(float v, int smax) {
+    if (v == 0 || v != v) return 0;
+    ggml_fp16_t h = f32_to_fp16(v / (float)smax);
+    while ((h & 0x7fff) < 0x7bff) {
+        const float d = fp16_to_f32(h);
+        if (d != 0 && fabsf(v / d) < (float)smax + 0.5f) break;
+        h++;  // one ulp up in magnitude, for either sign
+    }
+    return h;
+}
+
+// Steps 1-3 for affine types: nsub = QK_K/sub sub-blocks with scales d*sc[k]
+// and minimums dmin*m[k] (sc, m in [0, smax]), integers q in [0, nmax].
+void quantize_affine_superblock(const float *x, int sub, int nmax, int smax, ggml_fp16_t *d16,
+                                ggml_fp16_t *dmin16, uint8_t *sc, uint8_t *m, uint8_t *q) {
+    const int nsub = QK_K / sub;
+    float a[QK_K / 16], b[QK_K / 16];
     float amax = 0, bmax = 0;
     for (int k = 0; k < nsub; k++) {
+        search_scale_min(x + k * sub, sub, nmax, &a[k], &b[k]);
         amax = fmaxf(amax, a[k]);
         bmax = fmaxf(bmax, b[k]);
     }
-    *d16 = f32_to_fp16(amax / (float)smax);
-    *dmin16 = f32_to_fp16(bmax / (float)smax);
+    *d16 = fp16_scale(amax, smax);
+    *dmin16 = fp16_scale(bmax, smax);
     const float d = fp16_to_f32(*d16), dmin = fp16_to_f32(*dmin16);
     for (int k = 0; k < nsub; k++) {
+        const float *xs = x + k * sub;
         sc[k] = (uint8_t)(d > 0 ? clampi(nearest_int(a[k] / d), 0, smax) : 0);
+        if (sc[k] == 0) {
+            // no usable scale (a tiny sub-block next to large ones): the block
+            // decodes to -dmin*m, so make that its mean
+            float mean = 0;
+            for (int j = 0; j < sub; j++) mean += xs[j];
+            mean /= (float)sub;
+            m[k] = (uint8_t)(dmin > 0 ? clampi(nearest_int(-mean / dmin), 0, smax) : 0);
+            memset(q + k * sub, 0, (size_t)sub);
+            continue;
+        }
         m[k] = (uint8_t)(dmin > 0 ? clampi(nearest_int(b[k] / dmin), 0, smax) : 0);
+        const float is = 1.0f / (d * (float)sc[k]), minv = dmin * (float)m[k];
+        for (int j = 0; j < sub; j++) q[k * sub + j] = (uint8_t)clampi(nearest_int((xs[j] + minv) * is), 0, nmax);
     }
-}
-
-// Step 3 for affine types: integers for x given the final scale and minimum.
-void requantize_affine(const float *x, int n, float scale, float minv, int nmax, uint8_t *q) {
-    const float is = scale > 0 ? 1.0f / scale : 0.0f;
-    for (int j = 0; j < n; j++) q[j] = (uint8_t)clampi(nearest_int((x[j] + minv) * is), 0, nmax);
 }
 
 // Steps 2-3 for symmetric types: signed sub-block scales against a signed d
@@ -505,7 +530,7 @@ void quantize_sym_superblock(const float *x, int sub, int nmax, int smax, ggml_f
             max = s[k];
         }
     }
-    *d16 = f32_to_fp16(max / -(float)smax);
+    *d16 = fp16_scale(-max, smax);
     const float d = fp16_to_f32(*d16);
     for (int k = 0; k < nsub; k++) {
         sc[k] = d != 0 ? clampi(nearest_int(s[k] / d), -smax, smax - 1) : 0;
@@ -572,15 +597,9 @@ extern "C" {
 void quantize_row_q2_K_ref(const float *x, void *vy, int64_t n) {
     block_q2_K *y = (block_q2_K *)vy;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-        float a[16], b[16];
         uint8_t sc[16], m[16], q[QK_K];
-        for (int k = 0; k < 16; k++) search_scale_min(x + 16 * k, 16, 3, &a[k], &b[k]);
-        quantize_scales_mins(a, b, 16, 15, &y[i].d, &y[i].dmin, sc, m);
-        const float d = fp16_to_f32(y[i].d), dmin = fp16_to_f32(y[i].dmin);
-        for (int k = 0; k < 16; k++) {
-            y[i].scales[k] = (uint8_t)(sc[k] | (m[k] << 4));
-            requantize_affine(x + 16 * k, 16, d * sc[k], dmin * m[k], 3, q + 16 * k);
-        }
+        quantize_affine_superblock(x, 16, 3, 15, &y[i].d, &y[i].dmin, sc, m, q);
+        for (int k = 0; k < 16; k++) y[i].scales[k] = (uint8_t)(sc[k] | (m[k] << 4));
         memset(y[i].qs, 0, sizeof(y[i].qs));
         for (int e = 0; e < QK_K; e++) y[i].qs[32 * (e >> 7) + (e & 31)] |= (uint8_t)(q[e] << (2 * ((e >> 5) & 3)));
     }
@@ -633,13 +652,9 @@ void dequantize_row_q3_K(const void *vx, float *y, int64_t n) {
 void quantize_row_q4_K_ref(const float *x, void *vy, int64_t n) {
     block_q4_K *y = (block_q4_K *)vy;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-        float a[8], b[8];
         uint8_t sc[8], m[8], q[QK_K];
-        for (int k = 0; k < 8; k++) search_scale_min(x + 32 * k, 32, 15, &a[k], &b[k]);
-        quantize_scales_mins(a, b, 8, 63, &y[i].d, &y[i].dmin, sc, m);
+        quantize_affine_superblock(x, 32, 15, 63, &y[i].d, &y[i].dmin, sc, m, q);
         pack_scales_k4(sc, m, y[i].scales);
-        const float d = fp16_to_f32(y[i].d), dmin = fp16_to_f32(y[i].dmin);
-        for (int k = 0; k < 8; k++) requantize_affine(x + 32 * k, 32, d * sc[k], dmin * m[k], 15, q + 32 * k);
         memset(y[i].qs, 0, sizeof(y[i].qs));
         for (int e = 0; e < QK_K; e++) y[i].qs[32 * (e >> 6) + (e & 31)] |= (uint8_t)(q[e] << (4 * ((e >> 5) & 1)));
     }
@@ -661,13 +676,9 @@ void dequantize_row_q4_K(const void *vx, float *y, int64_t n) {
 void quantize_row_q5_K_ref(const float *x, void *vy, int64_t n) {
     block_q5_K *y = (block_q5_K *)vy;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-        float a[8], b[8];
         uint8_t sc[8], m[8], q[QK_K];
-        for (int k = 0; k < 8; k++) search_scale_min(x + 32 * k, 32, 31, &a[k], &b[k]);
-        quantize_scales_mins(a, b, 8, 63, &y[i].d, &y[i].dmin, sc, m);
+        quantize_affine_superblock(x, 32, 31, 63, &y[i].d, &y[i].dmin, sc, m, q);
         pack_scales_k4(sc, m, y[i].scales);
-        const float d = fp16_to_f32(y[i].d), dmin = fp16_to_f32(y[i].dmin);
-        for (int k = 0; k < 8; k++) requantize_affine(x + 32 * k, 32, d * sc[k], dmin * m[k], 31, q + 32 * k);
         memset(y[i].qs, 0, sizeof(y[i].qs));
         memset(y[i].qh, 0, sizeof(y[i].qh));
         for (int e = 0; e < QK_K; e++) {

@@ -420,7 +420,8 @@ gguf_context *gguf_open(const char *path, char *err, size_t errlen) {
         set_err(err, errlen, "gguf: NULL path");
         return nullptr;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO must not hang; fstat then rejects it.
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         set_err(err, errlen, fmt("gguf: cannot open %s: %s", path, strerror(errno)));
         return nullptr;

@@ -29,8 +29,19 @@ inline __m512i unpack2_nibbles(const uint8_t *qa, const uint8_t *qb) {
     return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
 }
 
-inline __m512 scale2(float s0, float s1) {
-    return _mm512_insertf32x8(_mm512_set1_ps(s0), _mm256_set1_ps(s1), 1);
+// dx*dy of four consecutive block pairs, spread over two registers of 16
+// lanes (8 lanes per block, matching two blocks per register). The fp16
+// scales are converted four at a time: scalar conversions would cost more
+// than the integer dot product itself.
+template <typename BX, typename BY>
+inline void scales4(const BX *x, const BY *y, __m512 *s01, __m512 *s23) {
+    auto ld = [](const void *p) { int v; memcpy(&v, p, 4); return v; };  // d + 2 bytes after it
+    const __m128i vx = _mm_setr_epi32(ld(&x[0].d), ld(&x[1].d), ld(&x[2].d), ld(&x[3].d));
+    const __m128i vy = _mm_setr_epi32(ld(&y[0].d), ld(&y[1].d), ld(&y[2].d), ld(&y[3].d));
+    const __m256 f = _mm256_cvtph_ps(_mm_blend_epi16(vx, _mm_slli_epi32(vy, 16), 0xAA));  // dx0 dy0 dx1 dy1 ...
+    const __m512 p = _mm512_castps256_ps512(_mm256_mul_ps(f, _mm256_movehdup_ps(f)));       // lanes 0,2,4,6
+    *s01 = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2), p);
+    *s23 = _mm512_permutexvar_ps(_mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6), p);
 }
 
 inline __m256i unpack_nibbles(const uint8_t *qs) {
@@ -52,8 +63,10 @@ void vec_dot_q4_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
         const __m512i z = _mm512_setzero_si512();
         const __m512i pa = _mm512_sub_epi32(_mm512_dpbusd_epi32(z, xa, ya), _mm512_dpbusd_epi32(z, eight, ya));
         const __m512i pb = _mm512_sub_epi32(_mm512_dpbusd_epi32(z, xb, yb), _mm512_dpbusd_epi32(z, eight, yb));
-        acc0 = _mm512_fmadd_ps(scale2(fp16(x[i].d) * fp16(y[i].d), fp16(x[i + 1].d) * fp16(y[i + 1].d)), _mm512_cvtepi32_ps(pa), acc0);
-        acc1 = _mm512_fmadd_ps(scale2(fp16(x[i + 2].d) * fp16(y[i + 2].d), fp16(x[i + 3].d) * fp16(y[i + 3].d)), _mm512_cvtepi32_ps(pb), acc1);
+        __m512 sa, sb;
+        scales4(x + i, y + i, &sa, &sb);
+        acc0 = _mm512_fmadd_ps(sa, _mm512_cvtepi32_ps(pa), acc0);
+        acc1 = _mm512_fmadd_ps(sb, _mm512_cvtepi32_ps(pb), acc1);
     }
     __m256 acc2 = _mm256_setzero_ps();
     for (; i < nb; i++) {
@@ -80,8 +93,10 @@ void vec_dot_q8_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
         const __m512i z = _mm512_setzero_si512();
         const __m512i pa = _mm512_sub_epi32(_mm512_dpbusd_epi32(z, xa, ya), _mm512_dpbusd_epi32(z, bias, ya));
         const __m512i pb = _mm512_sub_epi32(_mm512_dpbusd_epi32(z, xb, yb), _mm512_dpbusd_epi32(z, bias, yb));
-        acc0 = _mm512_fmadd_ps(scale2(fp16(x[i].d) * fp16(y[i].d), fp16(x[i + 1].d) * fp16(y[i + 1].d)), _mm512_cvtepi32_ps(pa), acc0);
-        acc1 = _mm512_fmadd_ps(scale2(fp16(x[i + 2].d) * fp16(y[i + 2].d), fp16(x[i + 3].d) * fp16(y[i + 3].d)), _mm512_cvtepi32_ps(pb), acc1);
+        __m512 sa, sb;
+        scales4(x + i, y + i, &sa, &sb);
+        acc0 = _mm512_fmadd_ps(sa, _mm512_cvtepi32_ps(pa), acc0);
+        acc1 = _mm512_fmadd_ps(sb, _mm512_cvtepi32_ps(pb), acc1);
     }
     __m256 acc2 = _mm256_setzero_ps();
     for (; i < nb; i++) {

@@ -1,0 +1,169 @@
+// ggml_mul_mat through the graph executor against a float64 reference, for
+// every weight type: odd M/N/K, broadcasting over dims 2/3, strided
+// (transposed or permuted) activations, and 1..4 threads bit-identical.
+//
+// The kernel converts the activations to the weight type's vec_dot_type, so
+// the reference is the float64 dot of the dequantized weights with the
+// dequantized, reference-quantized activations: it checks the plumbing to
+// float rounding. A looser check against the exact activations bounds the
+// total error too.
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <random>
+#include <vector>
+
+#include "ggml.h"
+
+static int g_fail = 0;
+#define CHECK(cond, ...)                                             \
+    do {                                                             \
+        if (!(cond)) {                                               \
+            if (++g_fail < 30) {                                     \
+                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+                fprintf(stderr, __VA_ARGS__);                        \
+                fprintf(stderr, "\n");                               \
+            }                                                        \
+        }                                                            \
+    } while (0)
+
+static std::mt19937 rng(42);
+
+static float randn() {
+    static std::normal_distribution<float> nd(0.0f, 1.0f);
+    return nd(rng);
+}
+
+enum b_layout { B_CONTIG, B_TRANSPOSED, B_PERMUTED };
+
+// a [K, M, A2, A3] of type t, b [K, N, B2, B3] F32 in the given layout.
+static void run_case(ggml_type t, int64_t K, int64_t M, int64_t N, int64_t A2, int64_t A3, int64_t B2, int64_t B3,
+                     b_layout lay) {
+    const ggml_type_traits *tr = ggml_get_type_traits(t);
+    const ggml_type vdt = tr->vec_dot_type;
+    const ggml_type_traits *tv = ggml_get_type_traits(vdt);
+
+    ggml_init_params ip = {(size_t)64 << 20, nullptr, false};
+    ggml_context *ctx = ggml_init(ip);
+
+    // weights: quantized from random floats with the reference quantizer
+    ggml_tensor *a = ggml_new_tensor_4d(ctx, t, K, M, A2, A3);
+    std::vector<float> af((size_t)(K * M * A2 * A3));
+    for (auto &v : af) v = randn();
+    const int64_t arows = M * A2 * A3;
+    for (int64_t r = 0; r < arows; r++)
+        tr->from_float_ref(af.data() + r * K, (char *)a->data + r * a->nb[1], K);
+    std::vector<float> ad(af.size());  // dequantized weights
+    for (int64_t r = 0; r < arows; r++) tr->to_float((char *)a->data + r * a->nb[1], ad.data() + r * K, K);
+
+    // activations: logical b[k, j, i2, i3] = bl[((i3*B2 + i2)*N + j)*K + k]
+    std::vector<float> bl((size_t)(K * N * B2 * B3));
+    for (auto &v : bl) v = randn();
+    ggml_tensor *b = nullptr;
+    if (lay == B_CONTIG) {
+        b = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, K, N, B2, B3);
+        memcpy(b->data, bl.data(), bl.size() * sizeof(float));
+    } else if (lay == B_TRANSPOSED) {  // stored [N, K, B2, B3], transposed view: nb[0] != 4
+        ggml_tensor *s = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, N, K, B2, B3);
+        float *p = (float *)s->data;
+        for (int64_t bt = 0; bt < B2 * B3; bt++)
+            for (int64_t j = 0; j < N; j++)
+                for (int64_t k = 0; k < K; k++) p[(bt * K + k) * N + j] = bl[(bt * N + j) * K + k];
+        b = ggml_transpose(ctx, s);
+    } else {  // stored [K, B2, N, B3], permuted view swapping dims 1 and 2
+        ggml_tensor *s = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, K, B2, N, B3);
+        float *p = (float *)s->data;
+        for (int64_t i3 = 0; i3 < B3; i3++)
+            for (int64_t i2 = 0; i2 < B2; i2++)
+                for (int64_t j = 0; j < N; j++)
+                    memcpy(p + ((i3 * N + j) * B2 + i2) * K, &bl[((i3 * B2 + i2) * N + j) * K], K * sizeof(float));
+        b = ggml_permute(ctx, s, 0, 2, 1, 3);
+    }
+
+    ggml_tensor *out = ggml_mul_mat(ctx, a, b);
+    CHECK(out->type == GGML_TYPE_F32 && out->ne[0] == M && out->ne[1] == N && out->ne[2] == B2 && out->ne[3] == B3,
+          "result shape");
+    ggml_cgraph *g = ggml_new_graph(ctx);
+    ggml_build_forward_expand(g, out);
+
+    // reference: activations quantized to vec_dot_type with the reference quantizer, then dequantized
+    std::vector<float> bq(bl.size());
+    if (vdt == GGML_TYPE_F32) {
+        bq = bl;
+    } else {
+        std::vector<uint8_t> tmp(ggml_row_size(vdt, K));
+        for (size_t r = 0; r < bl.size() / K; r++) {
+            tv->from_float_ref(bl.data() + r * K, tmp.data(), K);
+            tv->to_float(tmp.data(), bq.data() + r * K, K);
+        }
+    }
+
+    std::vector<float> first;
+    for (int nt = 1; nt <= 4; nt++) {
+        memset(out->data, 0xff, ggml_nbytes(out));  // NaN: catch unwritten outputs
+        CHECK(ggml_graph_compute_with_threads(g, nt) == 0, "compute failed");
+        const float *o = (const float *)out->data;
+        std::vector<float> got(o, o + M * N * B2 * B3);
+        if (nt == 1) {
+            first = got;
+            const int64_t r2 = B2 / A2, r3 = B3 / A3;
+            double worst = 0;
+            for (int64_t i3 = 0; i3 < B3; i3++)
+                for (int64_t i2 = 0; i2 < B2; i2++)
+                    for (int64_t j = 0; j < N; j++)
+                        for (int64_t i = 0; i < M; i++) {
+                            const float *ar = &ad[(((i3 / r3) * A2 + i2 / r2) * M + i) * K];
+                            const size_t bo = (size_t)((i3 * B2 + i2) * N + j) * K;
+                            double ref = 0, mag = 0, exact = 0, emag = 0;
+                            for (int64_t k = 0; k < K; k++) {
+                                ref += (double)ar[k] * bq[bo + k];
+                                mag += fabs((double)ar[k] * bq[bo + k]);
+                                exact += (double)ar[k] * bl[bo + k];
+                                emag += fabs((double)ar[k] * bl[bo + k]);
+                            }
+                            const float v = got[((i3 * B2 + i2) * N + j) * M + i];
+                            const double err = fabs(v - ref);
+                            worst = fmax(worst, err / (mag + 1e-30));
+                            CHECK(err <= 3e-6 * mag + 1e-30, "%s K=%lld M=%lld N=%lld layout %d: out[%lld,%lld,%lld,%lld]=%.8g ref %.8g",
+                                  tr->name, (long long)K, (long long)M, (long long)N, (int)lay, (long long)i, (long long)j,
+                                  (long long)i2, (long long)i3, v, ref);
+                            // activation rounding (8-bit or half precision) bounds the total error
+                            CHECK(fabs(v - exact) <= 2e-2 * emag + 1e-30, "%s: far from the exact product", tr->name);
+                        }
+            (void)worst;
+        } else {
+            CHECK(memcmp(first.data(), got.data(), got.size() * sizeof(float)) == 0,
+                  "%s K=%lld M=%lld N=%lld: %d threads differ from 1 thread", tr->name, (long long)K, (long long)M,
+                  (long long)N, nt);
+        }
+    }
+    ggml_free(ctx);
+}
+
+int main() {
+    const ggml_type types[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,
+                               GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K,
+                               GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+    printf("kernels: %s\n", ggml_cpu_backend_name());
+    int cases = 0;
+    for (int scalar = 0; scalar <= 1; scalar++) {
+        ggml_cpu_force_scalar(scalar);
+        for (ggml_type t : types) {
+            const int64_t bs = ggml_blck_size(t);
+            const int64_t Ks[] = {bs == 1 ? 67 : bs, bs == 1 ? 256 : 3 * bs};
+            for (int64_t K : Ks) {
+                // mat-vec, odd mat-mat, enough rows that every thread gets a tile
+                run_case(t, K, 37, 1, 1, 1, 1, 1, B_CONTIG);
+                run_case(t, K, 19, 7, 1, 1, 1, 1, B_CONTIG);
+                run_case(t, K, 3, 21, 1, 1, 1, 1, B_TRANSPOSED);  // few rows: split over columns
+                run_case(t, K, 5, 3, 2, 1, 4, 3, B_PERMUTED);     // broadcast a over dims 2 and 3
+                run_case(t, K, 33, 1, 1, 1, 2, 2, B_TRANSPOSED);  // batched mat-vec, strided b
+                cases += 5;
+            }
+        }
+    }
+    ggml_cpu_force_scalar(0);
+    printf("%d mul_mat cases (x4 thread counts), %d failures\n", cases, g_fail);
+    return g_fail ? 1 : 0;
+}
