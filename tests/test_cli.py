@@ -247,6 +247,8 @@ def test_sampling_flags_accepted(model):
             "--frequency-penalty", 0.5, "-s", 1, "-t", 1, "-c", 64, "-ctk", "f32", "--verbose")
     assert r.returncode == 0, r.stderr
     assert "temp 0.90" in r.stderr.decode()
+    r = run("-m", model, "-p", "x", "-n", 3, "--repeat-last-n", -1, "--repeat-penalty", 1.5)  # -1: whole context
+    assert r.returncode == 0, r.stderr
 
 
 # ---- chat ----

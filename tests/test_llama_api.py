@@ -351,6 +351,18 @@ def test_constructor_errors(tmp_path, model, monkeypatch):
         assert llm.model_path == model
 
 
+def test_penalties_over_whole_context(llm):
+    toks = llm.tokenize(b"penalty")
+    it = llm.generate(toks, temperature=0, repeat_penalty=1e6, repeat_last_n=-1)
+    gen = [next(it) for _ in range(40)]
+    # an overwhelming penalty over the whole context: no token is used twice
+    assert len(set(gen)) == len(gen) and not set(gen) & set(toks)
+    out = llm("penalty", max_tokens=40, temperature=0, repeat_penalty=1e6, repeat_last_n=-1)
+    n = next((i for i, t in enumerate(gen) if llm.model.is_eog(t)), len(gen))
+    assert out["choices"][0]["text"] == text_of(llm.detokenize(gen[:n]))
+    assert out["usage"]["completion_tokens"] == n
+
+
 def test_unsupported_arguments(llm):
     with pytest.raises(ValueError):
         llm("x", suffix="y")

@@ -74,7 +74,7 @@ void print_usage(FILE *out, const char *argv0) {
             "        --top-p X             top-p sampling, 1.0 = off (default: %.2f)\n"
             "        --min-p X             min-p sampling, 0.0 = off (default: %.2f)\n"
             "        --repeat-penalty X    penalize repeated tokens, 1.0 = off (default: %.2f)\n"
-            "        --repeat-last-n N     tokens considered for penalties (default: %d)\n"
+            "        --repeat-last-n N     tokens considered for penalties, -1 = context size (default: %d)\n"
             "        --presence-penalty X  presence penalty, 0.0 = off (default: %.2f)\n"
             "        --frequency-penalty X frequency penalty, 0.0 = off (default: %.2f)\n"
             "  -cnv, --conversation        chat: read user turns from stdin, apply the model's chat\n"
@@ -532,6 +532,7 @@ int run(int argc, char **argv) {
         if (!p.cache_type.empty()) cp.type_kv = p.cache_type == "f32" ? 0 : 1;
         s.ctx = pinfer_context_new(s.model, cp);
         if (!s.ctx) throw run_error{api_error("cannot create a context")};
+        if (p.sampling.repeat_last_n < 0) p.sampling.repeat_last_n = (int32_t)pinfer_n_ctx(s.ctx);  // -1: whole context
         s.smpl = pinfer_sampler_new(s.model, p.sampling);
         if (!s.smpl) throw run_error{api_error("cannot create the sampler")};
         const double t_load_ms = now_ms() - t0;
