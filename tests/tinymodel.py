@@ -333,7 +333,8 @@ SPM_CORPUS = ("The quick brown fox jumps over the lazy dog. " * 3 + "Hello world
 
 
 def write_spm_tokenizer(out_dir: str, n_vocab: int = 320) -> int:
-    """Train a tiny SentencePiece BPE model (byte fallback) into out_dir/tokenizer.model,
+    """Train a tiny SentencePiece BPE model (byte fallback, no normalization, as Llama's)
+    into out_dir/tokenizer.model,
     with a llama-style tokenizer_config.json; returns its vocabulary size."""
     import json
 
@@ -342,7 +343,8 @@ def write_spm_tokenizer(out_dir: str, n_vocab: int = 320) -> int:
     prefix = os.path.join(out_dir, "spm")
     spm.SentencePieceTrainer.train(sentence_iterator=iter(SPM_CORPUS * 20), model_prefix=prefix,
                                    vocab_size=n_vocab, model_type="bpe", byte_fallback=True,
-                                   character_coverage=1.0, bos_id=1, eos_id=2, unk_id=0, pad_id=-1,
+                                   character_coverage=1.0, normalization_rule_name="identity",
+                                   remove_extra_whitespaces=False, bos_id=1, eos_id=2, unk_id=0, pad_id=-1,
                                    hard_vocab_limit=False, minloglevel=2)
     os.replace(prefix + ".model", os.path.join(out_dir, "tokenizer.model"))
     os.remove(prefix + ".vocab")
