@@ -113,7 +113,10 @@ class _TorchFile:
             raise ConvertError(f"{path}: reading PyTorch .bin weights needs torch (pip install torch)") from e
         self.path = path
         try:
-            sd = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            try:
+                sd = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError:  # the legacy (pre-zip) format cannot be memory-mapped
+                sd = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:
             raise ConvertError(f"{path}: cannot load as a plain tensor state dict ({e})") from e
         if not isinstance(sd, dict):
