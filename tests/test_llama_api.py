@@ -409,6 +409,14 @@ def test_core_context_errors(model):
     assert t["n_prompt"] == 8
     with pytest.raises(ValueError):
         _core.Context(m, 8, 4, 1, "q8_0")
+    with pytest.raises(ValueError):
+        _core.Context(m, 8, 4, 1, 2)
+    with pytest.raises(TypeError):
+        _core.Context(m, 8, 4, 1, 1.5)
+    a, b = _core.Context(m, 8, 4, 1, type_kv=0), _core.Context(m, 8, 4, 1, "f32")
+    a.decode([1, 2, 3])
+    b.decode([1, 2, 3])
+    np.testing.assert_array_equal(a.logits(), b.logits())
 
 
 def test_core_sampler(model):
