@@ -20,10 +20,10 @@ import os
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+import torch
+import transformers
 
-gguf = pytest.importorskip("gguf")
+import gguf
 
 from pinfer import _core, datasets  # noqa: E402
 
