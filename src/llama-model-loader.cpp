@@ -10,7 +10,7 @@ static std::runtime_error err(const std::string &msg) { return std::runtime_erro
 model_loader::model_loader(const std::string &path) : path_(path) {
     char buf[512] = {0};
     gguf_ = gguf_open(path.c_str(), buf, sizeof(buf));
-    if (!gguf_) throw err("cannot load model '" + path + "': " + buf);
+    if (!gguf_) throw err(buf);  // gguf's message names the file
 }
 
 model_loader::~model_loader() { gguf_free(gguf_); }

@@ -18,6 +18,7 @@ class llama_vocab;
 struct layer_weights {
     ggml_tensor *attn_norm = nullptr, *attn_norm_b = nullptr;
     ggml_tensor *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr;
+    ggml_tensor *wqkv = nullptr;  // fused q/k/v rows [q; k; v] (falcon)
     ggml_tensor *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;
     ggml_tensor *ffn_norm = nullptr, *ffn_norm_b = nullptr;
     ggml_tensor *ffn_gate = nullptr, *ffn_up = nullptr, *ffn_down = nullptr;

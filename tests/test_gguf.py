@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-gguf = pytest.importorskip("gguf")
+import gguf
 from gguf import GGMLQuantizationType as QT  # noqa: E402
 from gguf import GGUFValueType as VT  # noqa: E402
 

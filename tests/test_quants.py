@@ -13,7 +13,7 @@ import zlib
 import numpy as np
 import pytest
 
-gguf = pytest.importorskip("gguf")
+import gguf
 from gguf import GGMLQuantizationType as T  # noqa: E402
 from gguf.constants import GGML_QUANT_SIZES  # noqa: E402
 

@@ -186,9 +186,11 @@ nb::capsule context_capsule(const std::shared_ptr<context_holder> &h) {
 
 class Context {
   public:
-    Context(Model &model, uint32_t n_ctx, uint32_t n_batch, int32_t n_threads) {
+    Context(Model &model, uint32_t n_ctx, uint32_t n_batch, int32_t n_threads, int32_t type_kv) {
         auto mh = model.holder();
         pinfer_context_params cp = pinfer_context_default_params();
+        if (type_kv != 0 && type_kv != 1) throw nb::value_error("type_kv must be 0 (F32) or 1 (F16)");
+        cp.type_kv = type_kv;
         cp.n_ctx = n_ctx;
         if (n_batch == 0) throw nb::value_error("n_batch must be positive");
         cp.n_batch = n_batch;
@@ -410,8 +412,9 @@ void bind_llama(nb::module_ &m) {
              "Format [(role, content), ...] with the built-in template formatter (not Jinja).");
 
     nb::class_<Context>(m, "Context", "KV cache, compute buffers and threads for one model.")
-        .def(nb::init<Model &, uint32_t, uint32_t, int32_t>(), nb::arg("model"), nb::arg("n_ctx") = 0,
-             nb::arg("n_batch") = 512, nb::arg("n_threads") = 0)
+        .def(nb::init<Model &, uint32_t, uint32_t, int32_t, int32_t>(), nb::arg("model"), nb::arg("n_ctx") = 0,
+             nb::arg("n_batch") = 512, nb::arg("n_threads") = 0, nb::arg("type_kv") = 1,
+             "type_kv: KV cache element type, 1 = F16, 0 = F32 (for exact comparisons).")
         .def("close", &Context::close)
         .def_prop_ro("closed", &Context::closed)
         .def("decode", &Context::decode_array, nb::arg("tokens"), nb::arg("all_logits") = false,
