@@ -3,7 +3,7 @@
     pinfer info model.gguf
     pinfer quantize in.gguf out.gguf Q4_K_M [--threads N] [--pure]
     pinfer perplexity -m model.gguf [-f text.txt] [--ctx 512] [--stride S] ...
-    pinfer convert ...            (when pinfer.convert is installed)
+    pinfer convert ...
 
 User errors (missing files, bad values) print one line ``pinfer <cmd>: error: ...``
 and exit with status 1; bad command lines exit with status 2 (argparse).
@@ -11,8 +11,6 @@ and exit with status 1; bad command lines exit with status 2 (argparse).
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -202,25 +200,9 @@ def _type_known(core, t: int) -> bool:
 # ---------------------------------------------------------------- convert
 
 def _add_convert(sub) -> None:
-    """Register `convert` from pinfer.convert if that module exists."""
-    if importlib.util.find_spec("pinfer.convert") is None:
-        return
-    try:
-        mod = importlib.import_module("pinfer.convert")
-    except ImportError as e:  # present but a dependency is missing: say so when used
-        msg = str(e)
-        p = sub.add_parser("convert", help="convert a Hugging Face model to GGUF (unavailable)")
-        p.add_argument("rest", nargs=argparse.REMAINDER)
+    from . import convert  # imports only numpy/gguf at module level
 
-        def unavailable(args, msg=msg):
-            raise UserError(f"convert is unavailable: {msg}")
-
-        p.set_defaults(func=unavailable)
-        return
-    mod.add_parser(sub)
-    # make sure `pinfer convert` dispatches to the module even if add_parser set no func
-    if "convert" in sub.choices and sub.choices["convert"].get_default("func") is None:
-        sub.choices["convert"].set_defaults(func=mod.main)
+    convert.add_parser(sub)
 
 
 # ---------------------------------------------------------------- main
