@@ -234,7 +234,7 @@ class ModelDesc:
         return cls(**d)
 
 
-_BLK = re.compile(r"^blk\.(\d+)\.([^.]+)\.(.+)$")
+_BLK = re.compile(r"^blk\.(\d+)\.([^.]+)(?:\.(.+))?$")
 
 
 def model_from_gguf(reader, kv_bytes: float = 2.0) -> ModelDesc:
@@ -350,10 +350,19 @@ def load_freqs(path: str) -> List[np.ndarray]:
             miss = [l for l in range(L) if l not in per]
             if miss:
                 raise PlacementError(f"freq: {path} lacks freq_{miss[0]} (has freq_0..freq_{L - 1} partly)")
-            return _check_freqs([z[per[l]] for l in range(L)], path)
-        two = [k for k in keys if z[k].ndim == 2]
+            try:
+                return _check_freqs([z[per[l]] for l in range(L)], path)
+            except ValueError as e:  # object arrays refuse to load without pickle
+                if isinstance(e, PlacementError):
+                    raise
+                raise PlacementError(f"freq: cannot read {path} without pickle ({e})") from None
+        try:
+            arrays = {k: z[k] for k in keys}
+        except ValueError as e:
+            raise PlacementError(f"freq: cannot read {path} without pickle ({e})") from None
+        two = [k for k, a in arrays.items() if a.ndim == 2]
         if len(two) == 1:
-            a = z[two[0]]
+            a = arrays[two[0]]
             return _check_freqs([a[l] for l in range(a.shape[0])], path)
         raise PlacementError(f"freq: {path} needs arrays freq_0..freq_{{L-1}} or exactly one 2-D array "
                              f"(found: {', '.join(keys) or 'nothing'})")
@@ -610,7 +619,7 @@ def solve_greedy(inst: Instance, budget_bytes: float) -> Placement:
         G = inst.sizes[l].size
         lo = kg[l]
         hi = q if lo == 0 else lo + 1
-        if hi > G:
+        if hi > G or inst.min_neurons[l] > inst.freqs[l].size:
             return
         nb = float(inst.sizes[l][lo:hi].sum()) * inst.model.neuron_bytes[l]
         gain = inst.weights[l] * float(inst.mass[l][lo:hi].sum())
