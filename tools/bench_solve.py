@@ -70,16 +70,20 @@ def main():
     ap.add_argument("--hw", default="rtx4090")
     ap.add_argument("--group", type=int, default=64)
     ap.add_argument("--ctx", type=int, default=4096)
-    ap.add_argument("--gap", type=float, default=1e-6)
+    ap.add_argument("--gap", type=float, default=1e-4)
     ap.add_argument("--formulation", default="prefix", choices=S.FORMULATIONS)
     ap.add_argument("--balance", default="off", choices=S.BALANCE)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sync-us", type=float, help="override the preset's sync latency (raises the minimum m_l)")
+    ap.add_argument("--mixed", action="store_true", help="every 4th layer's FFN in Q8_0 instead of Q4_0")
     ap.add_argument("--time-limit", type=float, default=60.0)
     a = ap.parse_args()
     rng = np.random.default_rng(a.seed)
     model = llama70b_q4_0()
+    if a.mixed:
+        model.neuron_bytes = [b * (34 / 18 if l % 4 == 0 else 1) for l, b in enumerate(model.neuron_bytes)]
     freqs = power_law_freqs(rng, model.n_layer, model.n_ff[0])
-    hw = S.hardware(a.hw)
+    hw = S.hardware(a.hw, sync_us=a.sync_us)
     t = time.perf_counter()
     inst = S.build_instance(freqs, model, hw, group=a.group, ctx=a.ctx, reserve_gib=0.25)
     t_build = time.perf_counter() - t
@@ -87,7 +91,7 @@ def main():
     print(f"instance: {model.n_layer} layers x {model.n_ff[0]} neurons, group {a.group}, "
           f"{sum(s.size for s in inst.sizes)} groups; FFN {ffn / S.GIB:.1f} GiB, resident "
           f"{inst.resident_bytes / S.GIB:.2f} GiB; m_l {min(inst.min_neurons)}..{max(inst.min_neurons)}; "
-          f"build {t_build:.2f} s; hw {hw.name}; formulation {a.formulation}; balance {a.balance}")
+          f"build {t_build:.2f} s; hw {hw.name} (sync {hw.sync_us} us); mixed {a.mixed}; formulation {a.formulation}; balance {a.balance}")
     print(f"{'budget GiB':>10} {'ILP s':>7} {'status':>10} {'MIP gap':>9} {'ILP objective':>14} "
           f"{'greedy obj':>12} {'ILP/greedy':>11} {'greedy s':>9} {'GPU mass':>9} {'layers':>6}")
     for B in a.budgets:
