@@ -1131,7 +1131,7 @@ def summary(inst: Instance, placements: Sequence[Placement], greedy: Optional[Se
              + (f" {'greedy obj':>11}" if greedy else "")]
     for i, p in enumerate(placements):
         gap = "-" if p.mip_gap != p.mip_gap else f"{p.mip_gap:.1e}"
-        s = (f"{p.budget_bytes / GIB:>10.2f} {p.solver:>9} {p.status[:10]:>10} {p.objective:>12.2f} "
+        s = (f"{p.budget_bytes / GIB:>10.4g} {p.solver:>9} {p.status[:10]:>10} {p.objective:>12.2f} "
              f"{100 * p.mass_fraction:>8.1f}% {p.layers_on_gpu:>6} {p.ffn_gpu_bytes / GIB:>8.2f} {gap:>8} "
              f"{p.time_s:>7.2f} {p.est_token_ms:>10.2f}")
         if greedy:
@@ -1241,7 +1241,7 @@ def main(args) -> int:
             _available(inst, b)
         pls, grd = [], []
         for b in bbytes:
-            print(f"pinfer solve: budget {b / GIB:.2f} GiB ...", file=sys.stderr, flush=True)
+            print(f"pinfer solve: budget {b / GIB:.4g} GiB ...", file=sys.stderr, flush=True)
             g = solve_greedy(inst, b)
             grd.append(g)
             if args.solver == "greedy":
