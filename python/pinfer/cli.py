@@ -3,7 +3,8 @@
     pinfer info model.gguf
     pinfer quantize in.gguf out.gguf Q4_K_M [--threads N] [--pure]
     pinfer perplexity -m model.gguf [-f text.txt] [--ctx 512] [--stride S] ...
-    pinfer convert ...
+    pinfer convert HF_DIR -o model.gguf [--type f16|q8_0|...]
+    pinfer solve -m model.gguf --freq freq.npz --budget 8 [--gpu rtx4090] ...
 
 User errors (missing files, bad values) print one line ``pinfer <cmd>: error: ...``
 and exit with status 1; bad command lines exit with status 2 (argparse).
@@ -205,6 +206,12 @@ def _add_convert(sub) -> None:
     convert.add_parser(sub)
 
 
+def _add_solve(sub) -> None:
+    from . import solve  # highspy is imported when a solve runs
+
+    solve.add_parser(sub)
+
+
 # ---------------------------------------------------------------- main
 
 def build_parser() -> argparse.ArgumentParser:
@@ -218,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_quantize(sub)
     perplexity.add_parser(sub)
     _add_convert(sub)
+    _add_solve(sub)
     return parser
 
 
