@@ -17,11 +17,11 @@ import sys
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("tokenizers")
-pytest.importorskip("sentencepiece")
-gguf = pytest.importorskip("gguf")
+import torch
+import transformers  # noqa: F401
+import tokenizers  # noqa: F401
+import sentencepiece  # noqa: F401
+import gguf
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tinymodel  # noqa: E402

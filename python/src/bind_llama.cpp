@@ -186,15 +186,26 @@ nb::capsule context_capsule(const std::shared_ptr<context_holder> &h) {
 
 class Context {
   public:
-    Context(Model &model, uint32_t n_ctx, uint32_t n_batch, int32_t n_threads, int32_t type_kv) {
+    Context(Model &model, uint32_t n_ctx, uint32_t n_batch, int32_t n_threads, nb::handle type_kv) {
         auto mh = model.holder();
         pinfer_context_params cp = pinfer_context_default_params();
-        if (type_kv != 0 && type_kv != 1) throw nb::value_error("type_kv must be 0 (F32) or 1 (F16)");
-        cp.type_kv = type_kv;
         cp.n_ctx = n_ctx;
         if (n_batch == 0) throw nb::value_error("n_batch must be positive");
         cp.n_batch = n_batch;
         cp.n_threads = n_threads;
+        // 'f16' / 'f32', or the C API's codes 1 (F16) / 0 (F32).
+        if (nb::isinstance<nb::str>(type_kv)) {
+            const std::string t = nb::cast<std::string>(type_kv);
+            if (t == "f16") cp.type_kv = 1;
+            else if (t == "f32") cp.type_kv = 0;
+            else throw nb::value_error(("type_kv must be 'f16' or 'f32', got '" + t + "'").c_str());
+        } else if (nb::isinstance<nb::int_>(type_kv) && !nb::isinstance<nb::bool_>(type_kv)) {
+            const long t = nb::cast<long>(type_kv);
+            if (t != 0 && t != 1) throw nb::value_error("type_kv must be 1 (F16) or 0 (F32)");
+            cp.type_kv = (int32_t)t;
+        } else {
+            throw nb::type_error("type_kv must be 'f16', 'f32', 1 (F16) or 0 (F32)");
+        }
         pinfer_context *c = pinfer_context_new(mh->p, cp);
         if (!c) throw nb::value_error(last_error("cannot create a context").c_str());
         h_ = std::make_shared<context_holder>();
@@ -493,9 +504,10 @@ void bind_llama(nb::module_ &m) {
              "Format [(role, content), ...] with the built-in template formatter (not Jinja).");
 
     nb::class_<Context>(m, "Context", "KV cache, compute buffers and threads for one model.")
-        .def(nb::init<Model &, uint32_t, uint32_t, int32_t, int32_t>(), nb::arg("model"), nb::arg("n_ctx") = 0,
-             nb::arg("n_batch") = 512, nb::arg("n_threads") = 0, nb::arg("type_kv") = 1,
-             "type_kv: KV cache element type, 1 = F16, 0 = F32 (for exact comparisons).")
+        .def(nb::init<Model &, uint32_t, uint32_t, int32_t, nb::handle>(), nb::arg("model"), nb::arg("n_ctx") = 0,
+             nb::arg("n_batch") = 512, nb::arg("n_threads") = 0, nb::arg("type_kv") = "f16",
+             "n_ctx 0: the model's training context (at most 4096); n_threads <= 0: all cores; "
+             "type_kv: KV cache element type, 'f16' (or 1) or 'f32' (or 0, for exact comparisons).")
         .def("close", &Context::close)
         .def_prop_ro("closed", &Context::closed)
         .def("decode", &Context::decode_array, nb::arg("tokens"), nb::arg("all_logits") = false,
