@@ -3,8 +3,10 @@
 namespace pinfer {
 
 extern const arch_impl arch_llama;
+extern const arch_impl arch_qwen2;
+extern const arch_impl arch_falcon;
 
-static const arch_impl *const k_archs[] = {&arch_llama};
+static const arch_impl *const k_archs[] = {&arch_llama, &arch_qwen2, &arch_falcon};
 
 const arch_impl *find_arch(const std::string &name) {
     for (const arch_impl *a : k_archs)

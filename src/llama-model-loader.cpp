@@ -121,7 +121,25 @@ std::vector<int32_t> model_loader::get_i32_array(const std::string &key) const {
     return out;
 }
 
-size_t model_loader::n_tensors() const { return (size_t)gguf_get_n_tensors(gguf_); }
+size_t model_loader::n_tensors() const {
+    size_t n = (size_t)gguf_get_n_tensors(gguf_);
+    for (const auto &o : overrides_)
+        if (gguf_find_tensor(gguf_, o.first.c_str()) < 0) n++;
+    return n;
+}
+
+bool model_loader::has_tensor(const std::string &name) const {
+    return overrides_.count(name) || gguf_find_tensor(gguf_, name.c_str()) >= 0;
+}
+
+void model_loader::add_override(const std::string &name, ggml_type type, std::vector<int64_t> ne,
+                                std::vector<uint8_t> data) {
+    override_tensor o;
+    o.type = type;
+    for (int d = 0; d < GGML_MAX_DIMS; d++) o.ne[d] = d < (int)ne.size() ? ne[d] : 1;
+    o.data = std::move(data);
+    overrides_[name] = std::move(o);
+}
 
 static std::string shape_str(const int64_t *ne, int n) {
     std::string s = "[";
@@ -130,6 +148,22 @@ static std::string shape_str(const int64_t *ne, int n) {
 }
 
 ggml_tensor *model_loader::tensor(ggml_context *ctx, const std::string &name, std::vector<int64_t> ne, bool required) {
+    int64_t want[GGML_MAX_DIMS] = {1, 1, 1, 1};
+    for (size_t d = 0; d < ne.size() && d < GGML_MAX_DIMS; d++) want[d] = ne[d];
+    auto ov = overrides_.find(name);
+    if (ov != overrides_.end()) {
+        override_tensor &o = ov->second;
+        for (int d = 0; d < GGML_MAX_DIMS; d++)
+            if (o.ne[d] != want[d])
+                throw err("model tensor '" + name + "' (rebuilt at load) has shape " + shape_str(o.ne, GGML_MAX_DIMS) +
+                          ", expected " + shape_str(want, GGML_MAX_DIMS));
+        ggml_tensor *t = ggml_new_tensor(ctx, o.type, GGML_MAX_DIMS, o.ne);
+        t->data = o.data.data();
+        ggml_set_name(t, name.c_str());
+        n_used_++;
+        bytes_used_ += o.data.size();
+        return t;
+    }
     const int64_t i = gguf_find_tensor(gguf_, name.c_str());
     if (i < 0) {
         if (required) throw err("model tensor '" + name + "' is missing");
@@ -140,8 +174,6 @@ ggml_tensor *model_loader::tensor(ggml_context *ctx, const std::string &name, st
     if (!tr) throw err("model tensor '" + name + "' has unsupported type " + std::to_string(type));
     int64_t have[GGUF_MAX_DIMS];
     gguf_get_tensor_ne(gguf_, i, have);
-    int64_t want[GGML_MAX_DIMS] = {1, 1, 1, 1};
-    for (size_t d = 0; d < ne.size() && d < GGML_MAX_DIMS; d++) want[d] = ne[d];
     for (int d = 0; d < GGML_MAX_DIMS; d++) {
         if (have[d] != want[d])
             throw err("model tensor '" + name + "' has shape " + shape_str(have, GGML_MAX_DIMS) + ", expected " +

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "ggml.h"
@@ -40,11 +41,23 @@ public:
     // and absent.
     ggml_tensor *tensor(ggml_context *ctx, const std::string &name, std::vector<int64_t> ne, bool required = true);
     size_t n_tensors_used() const { return n_used_; }
-    size_t n_tensors() const;
+    size_t n_tensors() const;  // the file's, plus overrides the file lacks
+    bool has_tensor(const std::string &name) const;  // in the file or overridden
+
+    // A tensor built in memory at load time (e.g. ffn_down rebuilt from a
+    // PowerInfer file's ffn_down_t); tensor() serves it in place of the
+    // file's. The loader owns the bytes for the model's lifetime.
+    void add_override(const std::string &name, ggml_type type, std::vector<int64_t> ne, std::vector<uint8_t> data);
     uint64_t bytes_used() const { return bytes_used_; }
 
 private:
     int64_t key_index(const std::string &key, bool required) const;
+    struct override_tensor {
+        ggml_type type;
+        int64_t ne[GGML_MAX_DIMS];
+        std::vector<uint8_t> data;
+    };
+    std::unordered_map<std::string, override_tensor> overrides_;
     std::string path_;
     gguf_context *gguf_ = nullptr;
     size_t n_used_ = 0;

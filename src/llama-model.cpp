@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "llama-model-loader.h"
+#include "llama-sparse-meta.h"
 #include "llama-vocab.h"
 
 namespace pinfer {
@@ -51,6 +52,7 @@ std::unique_ptr<model> load_model(const std::string &path) {
     const std::string act = ml.get_str("pinfer.ffn_act", ffn_act_name(m->hp.act));
     if (!ffn_act_from_name(act, &m->hp.act)) throw std::runtime_error("unknown FFN activation '" + act + "' in pinfer.ffn_act");
 
+    prepare_sparse_tensors(ml, m->hp);  // PowerInfer files: rebuild ffn_down from ffn_down_t
     m->vocab = load_vocab(ml);
     m->hp.n_vocab = (uint32_t)m->vocab->n_tokens();
     m->chat_template = ml.get_str("tokenizer.chat_template", "");
@@ -67,6 +69,7 @@ std::unique_ptr<model> load_model(const std::string &path) {
     m->desc = m->hp.arch + " " + std::to_string(m->hp.n_layer) + "L " + std::to_string(m->hp.n_embd) + "d" +
               (name.empty() ? "" : " (" + name + ")") + ", " + std::to_string(m->n_params / 1000000) + "M params, " +
               std::to_string(m->n_bytes >> 20) + " MiB, ffn " + ffn_act_name(m->hp.act);
+    load_sparse_meta(ml, *m);  // predictors, down_t, freqs, thresholds, placements
     m->t_load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return m;
 }

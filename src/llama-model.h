@@ -18,9 +18,41 @@ class llama_vocab;
 struct layer_weights {
     ggml_tensor *attn_norm = nullptr, *attn_norm_b = nullptr;
     ggml_tensor *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr;
+    ggml_tensor *wqkv = nullptr;  // fused q/k/v rows [q; k; v] (falcon)
     ggml_tensor *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;
     ggml_tensor *ffn_norm = nullptr, *ffn_norm_b = nullptr;
     ggml_tensor *ffn_gate = nullptr, *ffn_up = nullptr, *ffn_down = nullptr;
+    // Neuron-aware extras (extended GGUF, docs/extended-gguf.md); all optional.
+    ggml_tensor *fc1 = nullptr;         // predictor A: ne [d, r_l]
+    ggml_tensor *fc2 = nullptr;         // predictor B: ne [r_l, n]
+    ggml_tensor *ffn_down_t = nullptr;  // ne [d, n]: one contiguous row per neuron
+    ggml_tensor *ffn_freq = nullptr;    // F32 [n]: profiled activation frequency
+};
+
+// One entry of the placement section: per-layer GPU prefix lengths for a VRAM budget.
+struct placement {
+    uint64_t budget_bytes = 0;
+    std::string solver;
+    double objective = 0;
+    std::vector<int32_t> k;  // neurons [0, k[l]) of layer l go to the GPU
+};
+
+// Model-level sparse metadata (src/llama-sparse-meta.cpp).
+struct sparse_meta {
+    bool powerinfer = false;      // PWRI magic or powerinfer.* keys
+    bool has_predictors = false;  // fc1/fc2 in every layer
+    bool has_down_t = false;
+    bool has_freq = false;
+    bool hot_first = false;       // pinfer.neuron_order = "hot-first"
+    float threshold = 0.0f;       // predictor logit threshold
+    std::vector<float> act_thresholds;  // per layer (SwiGLU magnitude mode); empty if absent
+    std::string mode_hint;
+    std::vector<placement> placements;
+    // From a PowerInfer .gpuidx file: the GPU neuron ids of each layer
+    // (ascending); gpuidx_prefix when every set is a prefix [0, k).
+    std::string gpuidx_path;
+    std::vector<std::vector<int32_t>> gpu_neurons;
+    bool gpuidx_prefix = false;
 };
 
 struct model {
@@ -33,6 +65,7 @@ struct model {
     ggml_tensor *output_norm = nullptr, *output_norm_b = nullptr;
     ggml_tensor *output = nullptr;          // == tok_embd when tied
     std::vector<layer_weights> layers;
+    sparse_meta sparse;
     std::string desc;
     std::string chat_template;
     uint64_t n_params = 0;

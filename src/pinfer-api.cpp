@@ -1,16 +1,19 @@
 // The C API (pinfer.h) over the C++ runtime: exceptions become error returns
 // with a message readable through pinfer_last_error().
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "llama-chat.h"
 #include "llama-context.h"
 #include "llama-model-loader.h"
 #include "llama-model.h"
 #include "llama-sampling.h"
+#include "llama-sparse-meta.h"
 #include "llama-vocab.h"
 #include "pinfer.h"
 
@@ -72,6 +75,103 @@ const char *pinfer_model_meta_str(const pinfer_model *model, const char *key) {
     const int64_t i = gguf_find_key(g, key);
     if (i < 0) return nullptr;
     return gguf_val_get_str(gguf_get_val(g, i), nullptr);
+}
+
+int32_t pinfer_model_sparse_info(const pinfer_model *model, pinfer_sparse_info *info) {
+    return guarded<>(-1, [&] {
+        if (!model || !info) throw std::invalid_argument("pinfer_model_sparse_info: NULL argument");
+        const pinfer::model &m = *model->m;
+        const pinfer::sparse_meta &s = m.sparse;
+        *info = pinfer_sparse_info{};
+        info->has_predictors = s.has_predictors;
+        info->has_down_t = s.has_down_t;
+        info->has_freq = s.has_freq;
+        info->hot_first = s.hot_first;
+        info->powerinfer = s.powerinfer;
+        info->has_gpuidx = !s.gpuidx_path.empty();
+        info->gpuidx_prefix = s.gpuidx_prefix;
+        info->threshold = s.threshold;
+        info->n_act_thresholds = (int32_t)s.act_thresholds.size();
+        info->n_placements = (int32_t)s.placements.size();
+        for (const auto &l : m.layers)
+            if (l.fc1) info->max_rank = std::max(info->max_rank, (int32_t)l.fc1->ne[1]);
+        return 0;
+    });
+}
+
+int32_t pinfer_model_act_thresholds(const pinfer_model *model, float *out, int32_t n_max) {
+    return guarded<>(-1, [&] {
+        if (!model) throw std::invalid_argument("pinfer_model_act_thresholds: NULL model");
+        const auto &a = model->m->sparse.act_thresholds;
+        if (!a.empty() && (!out || n_max < (int32_t)a.size()))
+            throw std::invalid_argument("pinfer_model_act_thresholds: room for " + std::to_string(a.size()) + " values needed");
+        std::copy(a.begin(), a.end(), out);
+        return (int32_t)a.size();
+    });
+}
+
+static void check_k_out(const pinfer::model &m, const int32_t *k_out, int32_t n_layer, const char *fn) {
+    if (!k_out) throw std::invalid_argument(std::string(fn) + ": NULL k_out");
+    if (n_layer != (int32_t)m.hp.n_layer)
+        throw std::invalid_argument(std::string(fn) + ": n_layer is " + std::to_string(n_layer) + ", the model has " +
+                                    std::to_string(m.hp.n_layer));
+}
+
+int32_t pinfer_model_placement(const pinfer_model *model, uint64_t budget_bytes, int32_t *k_out, int32_t n_layer) {
+    return guarded<>(-1, [&] {
+        if (!model) throw std::invalid_argument("pinfer_model_placement: NULL model");
+        check_k_out(*model->m, k_out, n_layer, "pinfer_model_placement");
+        std::vector<int32_t> k;
+        const int32_t kind = (int32_t)pinfer::select_placement(*model->m, budget_bytes, k);
+        std::copy(k.begin(), k.end(), k_out);
+        return kind;
+    });
+}
+
+int32_t pinfer_model_placement_entry(const pinfer_model *model, int32_t i, uint64_t *budget_bytes, double *objective,
+                                     char *solver, size_t solver_len, int32_t *k_out, int32_t n_layer) {
+    return guarded<>(-1, [&] {
+        if (!model) throw std::invalid_argument("pinfer_model_placement_entry: NULL model");
+        const auto &ps = model->m->sparse.placements;
+        if (i < 0 || i >= (int32_t)ps.size())
+            throw std::invalid_argument("placement entry " + std::to_string(i) + " out of range [0, " +
+                                        std::to_string(ps.size()) + ")");
+        const pinfer::placement &p = ps[(size_t)i];
+        if (budget_bytes) *budget_bytes = p.budget_bytes;
+        if (objective) *objective = p.objective;
+        if (solver && solver_len) {
+            const size_t n = std::min(solver_len - 1, p.solver.size());
+            memcpy(solver, p.solver.data(), n);
+            solver[n] = 0;
+        }
+        if (k_out) {
+            check_k_out(*model->m, k_out, n_layer, "pinfer_model_placement_entry");
+            std::copy(p.k.begin(), p.k.end(), k_out);
+        }
+        return 0;
+    });
+}
+
+int32_t pinfer_model_load_gpuidx(pinfer_model *model, const char *path) {
+    return guarded<>(-1, [&] {
+        if (!model || !path) throw std::invalid_argument("pinfer_model_load_gpuidx: NULL argument");
+        pinfer::load_gpuidx(*model->m, path);
+        return 0;
+    });
+}
+
+int32_t pinfer_model_gpu_neurons(const pinfer_model *model, int32_t il, int32_t *ids, int32_t n_max) {
+    return guarded<>(INT32_MIN, [&] {
+        if (!model) throw std::invalid_argument("pinfer_model_gpu_neurons: NULL model");
+        const auto &g = model->m->sparse.gpu_neurons;
+        if (g.empty()) throw std::invalid_argument("no .gpuidx file is loaded for this model");
+        if (il < 0 || il >= (int32_t)g.size())
+            throw std::invalid_argument("layer " + std::to_string(il) + " out of range [0, " + std::to_string(g.size()) + ")");
+        const auto &v = g[(size_t)il];
+        if (n_max < (int32_t)v.size() || (!ids && !v.empty())) return -(int32_t)v.size();
+        std::copy(v.begin(), v.end(), ids);
+        return (int32_t)v.size();
+    });
 }
 
 int32_t pinfer_tokenize(const pinfer_model *model, const char *text, int32_t text_len, pinfer_token *tokens,

@@ -36,6 +36,49 @@ uint64_t pinfer_model_size(const struct pinfer_model *model);  // bytes of weigh
 // A string metadata value (e.g. "tokenizer.chat_template"), or NULL.
 const char *pinfer_model_meta_str(const struct pinfer_model *model, const char *key);
 
+// ---- neuron-aware sparse metadata (extended GGUF, docs/extended-gguf.md) ----
+struct pinfer_sparse_info {
+    bool has_predictors;    // blk.N.fc1/fc2 in every layer
+    bool has_down_t;        // blk.N.ffn_down_t in every layer
+    bool has_freq;          // blk.N.ffn_freq in every layer
+    bool hot_first;         // pinfer.neuron_order = "hot-first"
+    bool powerinfer;        // a PowerInfer file (PWRI magic or powerinfer.* keys)
+    bool has_gpuidx;        // a .gpuidx file was loaded
+    bool gpuidx_prefix;     // ... and every layer's GPU set is a prefix [0, k)
+    float threshold;        // predictor logit threshold (pinfer.sparse.threshold / powerinfer.sparse_threshold)
+    int32_t n_act_thresholds;  // entries of pinfer.sparse.act_thresholds (0 or n_layer)
+    int32_t n_placements;   // entries in the placement section (incl. one from a prefix .gpuidx)
+    int32_t max_rank;       // largest predictor rank r_l (0 without predictors)
+};
+// Returns 0, or -1 (with an error) on a NULL argument.
+int32_t pinfer_model_sparse_info(const struct pinfer_model *model, struct pinfer_sparse_info *info);
+// Copies pinfer.sparse.act_thresholds (n_layer floats); returns the count, 0 if absent, < 0 on error.
+int32_t pinfer_model_act_thresholds(const struct pinfer_model *model, float *out, int32_t n_max);
+
+// Per-layer GPU prefix lengths k_out[n_layer] for a VRAM budget. Returns
+// PINFER_PLACEMENT_EXACT (an entry with this budget), _BELOW (the largest entry
+// under it) or _GREEDY (none fits: a greedy split by ffn_freq per byte, every
+// neuron counting the same without ffn_freq); < 0 on error (n_layer must be the model's).
+#define PINFER_PLACEMENT_EXACT 0
+#define PINFER_PLACEMENT_BELOW 1
+#define PINFER_PLACEMENT_GREEDY 2
+int32_t pinfer_model_placement(const struct pinfer_model *model, uint64_t budget_bytes, int32_t *k_out, int32_t n_layer);
+// Placement entry i: budget, objective, solver name (NUL-terminated, truncated to
+// solver_len) and k_out[n_layer] (each may be NULL). Returns 0, < 0 on a bad index.
+int32_t pinfer_model_placement_entry(const struct pinfer_model *model, int32_t i, uint64_t *budget_bytes,
+                                     double *objective, char *solver, size_t solver_len, int32_t *k_out,
+                                     int32_t n_layer);
+
+// Load a PowerInfer .gpuidx file (blk.N.gpu_idx / blk.N.gpu_bucket) for this
+// model. Its GPU neuron sets become per-layer lists; when every set is a prefix
+// [0, k) it is also added as a placement entry (solver "powerinfer-gpuidx",
+// budget split.vram_capacity). Returns 0, < 0 on error (the message names the problem).
+int32_t pinfer_model_load_gpuidx(struct pinfer_model *model, const char *path);
+// GPU neuron ids of layer il from the loaded .gpuidx (ascending). Returns the
+// count, or -(count) without writing if n_max is too small; INT32_MIN on error
+// (no .gpuidx loaded, bad layer).
+int32_t pinfer_model_gpu_neurons(const struct pinfer_model *model, int32_t il, int32_t *ids, int32_t n_max);
+
 // ---- vocabulary ----
 // Writes up to n_max tokens; returns the count, or -(count needed) if n_max
 // is too small.

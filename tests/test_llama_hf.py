@@ -18,9 +18,9 @@ import sys
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-gguf = pytest.importorskip("gguf")
+import torch
+import transformers  # noqa: F401
+import gguf
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tinymodel  # noqa: E402
@@ -130,7 +130,7 @@ def test_whole_prompt(model_pair):
     m, hf, _ = model_pair
     toks = prompt(40, m.n_vocab, seed=11)
     ref = tinymodel.hf_logits(hf, toks)
-    ctx = _core.Context(m, 64, 64, 2)
+    ctx = _core.Context(m, 64, 64, 2, "f32")
     ctx.decode(toks, all_logits=True)
     ours = ctx.logits_all()
     assert ours.shape == ref.shape and ours.dtype == np.float32
@@ -144,7 +144,7 @@ def test_token_by_token(model_pair):
     m, hf, _ = model_pair
     toks = prompt(30, m.n_vocab, seed=12)
     ref = tinymodel.hf_logits(hf, toks)
-    ctx = _core.Context(m, 32, 8, 2)
+    ctx = _core.Context(m, 32, 8, 2, "f32")
     rows = []
     for t in toks:
         ctx.decode([t])
@@ -158,14 +158,14 @@ def test_batched_chunks_and_multiple_calls(model_pair):
     toks = prompt(45, m.n_vocab, seed=13)
     ref = tinymodel.hf_logits(hf, toks)
     # n_batch (7) smaller than the prompt: decode splits it into chunks
-    ctx = _core.Context(m, 64, 7, 2)
+    ctx = _core.Context(m, 64, 7, 2, "f32")
     ctx.decode(np.array(toks[:20], dtype=np.int32), all_logits=True)
     first = np.array(ctx.logits_all())
     ctx.decode(toks[20:], all_logits=True)
     second = np.array(ctx.logits_all())
     assert rel_err(np.concatenate([first, second]), ref) < RTOL
     # only the last logits kept
-    ctx2 = _core.Context(m, 64, 7, 2)
+    ctx2 = _core.Context(m, 64, 7, 2, "f32")
     ctx2.decode(toks)
     assert rel_err(ctx2.logits()[None], ref[-1:]) < RTOL
     with pytest.raises(IndexError):
@@ -176,7 +176,7 @@ def test_kv_truncate_then_continue(model_pair):
     m, hf, _ = model_pair
     a = prompt(24, m.n_vocab, seed=14)
     b = prompt(10, m.n_vocab, seed=15)
-    ctx = _core.Context(m, 64, 16, 2)
+    ctx = _core.Context(m, 64, 16, 2, "f32")
     ctx.decode(a)
     ctx.kv_truncate(14)
     assert ctx.n_past == 14
@@ -185,12 +185,22 @@ def test_kv_truncate_then_continue(model_pair):
     assert rel_err(ctx.logits_all(), ref) < RTOL
 
 
+def test_f16_kv_cache(model_pair):
+    """The default F16 KV cache rounds keys and values: close, not exact."""
+    m, hf, _ = model_pair
+    toks = prompt(30, m.n_vocab, seed=17)
+    ctx = _core.Context(m, 32, 32, 2)  # type_kv="f16"
+    ctx.decode(toks, all_logits=True)
+    err = rel_err(ctx.logits_all(), tinymodel.hf_logits(hf, toks))
+    assert err < 3e-3
+
+
 def test_relu_ffn(tmp_path):
     """The ReLU FFN variant, announced by pinfer.ffn_act = "relu"."""
     path, hf = tinymodel.tiny_model(str(tmp_path / "relu.gguf"), ffn_act="relu", n_embd=32, n_layer=2,
                                     n_head=4, n_head_kv=2, n_ff=64, seed=4)
     m = _core.Model(path)
     toks = prompt(20, m.n_vocab, seed=16)
-    ctx = _core.Context(m, 32, 32, 2)
+    ctx = _core.Context(m, 32, 32, 2, "f32")
     ctx.decode(toks, all_logits=True)
     assert rel_err(ctx.logits_all(), tinymodel.hf_logits(hf, toks)) < RTOL

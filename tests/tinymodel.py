@@ -240,3 +240,114 @@ if __name__ == "__main__":  # write a sample model: python tests/tinymodel.py ou
     out = sys.argv[1] if len(sys.argv) > 1 else "tiny.gguf"
     tiny_model(out)
     print(out, os.path.getsize(out), "bytes")
+
+
+# ---- Hugging Face model directories (for the converter tests) ----
+
+def randomize(model, seed: int = 0):
+    """Random weights of useful scale for any of the tiny HF models: norm weights
+    around 1, biases small, embeddings unit variance, matrices ~1/sqrt(fan_in)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.copy_(0.2 * torch.randn(p.shape, generator=g))
+            elif p.ndim == 1:
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
+            elif "embed" in name or "word_embeddings" in name:
+                p.copy_(torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) / np.sqrt(p.shape[1]))
+    return model.float().eval()
+
+
+def _from_config(cls, cfg):
+    import torch
+
+    return cls._from_config(cfg, attn_implementation="eager", dtype=torch.float32)
+
+
+def make_hf_qwen2(n_embd: int = 64, n_layer: int = 2, n_head: int = 4, n_head_kv: int = 2, n_ff: int = 96,
+                  tied: bool = False, rope_theta: float = 1000000.0, seed: int = 0, n_vocab: Optional[int] = None):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(vocab_size=n_vocab or vocab_size(), hidden_size=n_embd, intermediate_size=n_ff,
+                      num_hidden_layers=n_layer, num_attention_heads=n_head, num_key_value_heads=n_head_kv,
+                      max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=rope_theta,
+                      tie_word_embeddings=tied, use_sliding_window=False,
+                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    return randomize(_from_config(Qwen2ForCausalLM, cfg), seed)
+
+
+def make_hf_falcon(n_embd: int = 64, n_layer: int = 2, n_head: int = 4, new_arch: bool = False,
+                   multi_query: bool = True, n_head_kv: Optional[int] = None, act: str = "gelu_pytorch_tanh",
+                   n_ff: Optional[int] = None, seed: int = 0, n_vocab: Optional[int] = None):
+    from transformers import FalconConfig, FalconForCausalLM
+
+    cfg = FalconConfig(vocab_size=n_vocab or vocab_size(), hidden_size=n_embd, num_hidden_layers=n_layer,
+                       num_attention_heads=n_head, num_kv_heads=n_head_kv, new_decoder_architecture=new_arch,
+                       multi_query=multi_query, parallel_attn=True, bias=False, alibi=False,
+                       activation=act, ffn_hidden_size=n_ff or 4 * n_embd, max_position_embeddings=256,
+                       layer_norm_epsilon=1e-5, rope_theta=10000.0, tie_word_embeddings=True,
+                       bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    return randomize(_from_config(FalconForCausalLM, cfg), seed)
+
+
+# The pre-tokenizer regex of Qwen2's tokenizer.json (digits one at a time).
+QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def write_bpe_tokenizer(out_dir: str, style: str = "gpt2", merges: Optional[List[str]] = None) -> None:
+    """tokenizer.json (built with the `tokenizers` library) + tokenizer_config.json
+    for the tiny byte-level BPE vocabulary; style "gpt2" (ByteLevel regex) or
+    "qwen2" (Split on QWEN2_REGEX, then ByteLevel without its regex)."""
+    import json
+
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    tokens, types, merges = byte_bpe_vocab(merges)
+    n_normal = len(tokens) - len(SPECIAL_TOKENS)
+    bpe = models.BPE(vocab={t: i for i, t in enumerate(tokens[:n_normal])},
+                     merges=[tuple(m.split(" ")) for m in merges])
+    tk = Tokenizer(bpe)
+    if style == "gpt2":
+        tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    else:
+        tk.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tk.decoder = decoders.ByteLevel()
+    tk.add_special_tokens(SPECIAL_TOKENS)
+    assert tk.get_vocab_size() == len(tokens)
+    tk.save(os.path.join(out_dir, "tokenizer.json"))
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|endoftext|>",
+                   "eos_token": "<|im_end|>", "add_bos_token": False, "chat_template": CHATML_TEMPLATE}, f)
+
+
+SPM_CORPUS = ("The quick brown fox jumps over the lazy dog. " * 3 + "Hello world, hello there! " * 3 +
+              "Numbers 12345 and symbols #$% appear too. Unicode: café, naïve, 日本語. " * 2).split(". ")
+
+
+def write_spm_tokenizer(out_dir: str, n_vocab: int = 320) -> int:
+    """Train a tiny SentencePiece BPE model (byte fallback, no normalization, as Llama's)
+    into out_dir/tokenizer.model,
+    with a llama-style tokenizer_config.json; returns its vocabulary size."""
+    import json
+
+    import sentencepiece as spm
+
+    prefix = os.path.join(out_dir, "spm")
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(SPM_CORPUS * 20), model_prefix=prefix,
+                                   vocab_size=n_vocab, model_type="bpe", byte_fallback=True,
+                                   character_coverage=1.0, normalization_rule_name="identity",
+                                   remove_extra_whitespaces=False, bos_id=1, eos_id=2, unk_id=0, pad_id=-1,
+                                   hard_vocab_limit=False, minloglevel=2)
+    os.replace(prefix + ".model", os.path.join(out_dir, "tokenizer.model"))
+    os.remove(prefix + ".vocab")
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": True}, f)
+    return spm.SentencePieceProcessor(model_file=os.path.join(out_dir, "tokenizer.model")).vocab_size()

@@ -41,6 +41,7 @@ struct cli_params {
     bool display_prompt = true;
     bool conversation = false;
     bool verbose = false;
+    std::string cache_type;  // "" (the library's default), "f16" or "f32"
     pinfer_sampler_params sampling = pinfer_sampler_default_params();
 };
 
@@ -73,12 +74,13 @@ void print_usage(FILE *out, const char *argv0) {
             "        --top-p X             top-p sampling, 1.0 = off (default: %.2f)\n"
             "        --min-p X             min-p sampling, 0.0 = off (default: %.2f)\n"
             "        --repeat-penalty X    penalize repeated tokens, 1.0 = off (default: %.2f)\n"
-            "        --repeat-last-n N     tokens considered for penalties (default: %d)\n"
+            "        --repeat-last-n N     tokens considered for penalties, -1 = context size (default: %d)\n"
             "        --presence-penalty X  presence penalty, 0.0 = off (default: %.2f)\n"
             "        --frequency-penalty X frequency penalty, 0.0 = off (default: %.2f)\n"
             "  -cnv, --conversation        chat: read user turns from stdin, apply the model's chat\n"
             "                              template; '/exit' or end of input ends (-p is the first turn)\n"
             "  -sys, --system-prompt TEXT  system message for --conversation\n"
+            "  -ctk, --cache-type-k TYPE   KV cache type, f16 or f32 (default: f16); -ctv the same\n"
             "        --verbose             print model and run details to stderr\n",
             argv0, d.temperature, d.top_k, d.top_p, d.min_p, d.repeat_penalty, d.repeat_last_n,
             d.presence_penalty, d.frequency_penalty);
@@ -211,6 +213,13 @@ cli_params parse_args(int argc, char **argv) {
         } else if (a == "-sys" || a == "--system-prompt") {
             p.system_prompt = value();
             p.have_system = true;
+        } else if (a == "-ctk" || a == "--cache-type-k" || a == "-ctv" || a == "--cache-type-v") {
+            // One type serves keys and values.
+            std::string t = value();
+            if (t != "f16" && t != "f32") throw usage_error{"invalid cache type for " + a + ": '" + t + "' (f16 or f32)"};
+            if (!p.cache_type.empty() && p.cache_type != t)
+                throw usage_error{"the K and V caches must have the same type (got " + p.cache_type + " and " + t + ")"};
+            p.cache_type = t;
         } else if (a == "--verbose") {
             p.verbose = true;
         } else if (a == "-" || a.empty() || a[0] != '-') {
@@ -369,6 +378,9 @@ stop_reason generate(session &s, int32_t n_predict, bool keep_eog, std::string *
             why = stop_reason::ctx_full;
             break;
         }
+        // The last token needs no evaluation, except in a chat, whose cache must
+        // hold the whole reply for the next turn.
+        if (!keep_eog && n_predict >= 0 && *n_generated >= n_predict) break;
         if (pinfer_decode(s.ctx, &tok, 1, false) < 0) throw run_error{api_error("evaluation failed")};
     }
     printer.flush();
@@ -508,13 +520,19 @@ int run(int argc, char **argv) {
         session s;
         const double t0 = now_ms();
         s.model = pinfer_model_load(p.model.c_str());
-        if (!s.model) throw run_error{api_error("cannot load model '" + p.model + "'")};
+        if (!s.model) {
+            // The loader's message names the file and the problem.
+            const char *e = pinfer_last_error();
+            throw run_error{e && *e ? std::string(e) : "cannot load model '" + p.model + "'"};
+        }
         pinfer_context_params cp = pinfer_context_default_params();
         cp.n_ctx = (uint32_t)p.n_ctx;
         cp.n_batch = (uint32_t)p.n_batch;
         cp.n_threads = p.n_threads;
+        if (!p.cache_type.empty()) cp.type_kv = p.cache_type == "f32" ? 0 : 1;
         s.ctx = pinfer_context_new(s.model, cp);
         if (!s.ctx) throw run_error{api_error("cannot create a context")};
+        if (p.sampling.repeat_last_n < 0) p.sampling.repeat_last_n = (int32_t)pinfer_n_ctx(s.ctx);  // -1: whole context
         s.smpl = pinfer_sampler_new(s.model, p.sampling);
         if (!s.smpl) throw run_error{api_error("cannot create the sampler")};
         const double t_load_ms = now_ms() - t0;

@@ -27,6 +27,9 @@ extern "C" {
 #endif
 
 #define GGUF_MAGIC "GGUF"
+// PowerInfer writes its model and .gpuidx files with this magic in place of
+// "GGUF"; the rest of the layout is unchanged, so the reader accepts both.
+#define GGUF_POWERINFER_MAGIC "PWRI"
 #define GGUF_VERSION 3
 #define GGUF_DEFAULT_ALIGNMENT 32
 #define GGUF_KEY_GENERAL_ALIGNMENT "general.alignment"
@@ -67,6 +70,7 @@ struct gguf_context *gguf_parse_buffer(const void *data, size_t size, char *err,
 void gguf_free(struct gguf_context *ctx);
 
 uint32_t gguf_get_version(const struct gguf_context *ctx);
+bool gguf_is_powerinfer(const struct gguf_context *ctx);  // the file's magic was "PWRI"
 size_t gguf_get_alignment(const struct gguf_context *ctx);
 size_t gguf_get_data_offset(const struct gguf_context *ctx);  // file offset of the data section
 size_t gguf_get_file_size(const struct gguf_context *ctx);

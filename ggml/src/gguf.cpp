@@ -154,6 +154,7 @@ struct gguf_context {
     size_t map_len = 0;
 
     uint32_t version = 0;
+    bool powerinfer = false;  // magic "PWRI": PowerInfer's marker, same layout as GGUF
     size_t alignment = GGUF_DEFAULT_ALIGNMENT;
     size_t data_offset = 0;
     std::vector<std::string> keys;
@@ -258,7 +259,8 @@ struct parser {
     bool parse(gguf_context *ctx) {
         char magic[4];
         if (!rd(&magic, "magic")) return false;
-        if (memcmp(magic, GGUF_MAGIC, 4) != 0) return fail("bad magic: not a GGUF file");
+        ctx->powerinfer = memcmp(magic, GGUF_POWERINFER_MAGIC, 4) == 0;
+        if (memcmp(magic, GGUF_MAGIC, 4) != 0 && !ctx->powerinfer) return fail("bad magic: not a GGUF file");
         uint32_t ver;
         if (!rd(&ver, "version")) return false;
         if (ver != 2 && ver != 3) {
@@ -464,6 +466,7 @@ gguf_context *gguf_open(const char *path, char *err, size_t errlen) {
 void gguf_free(gguf_context *ctx) { delete ctx; }
 
 uint32_t gguf_get_version(const gguf_context *ctx) { return ctx ? ctx->version : 0; }
+bool gguf_is_powerinfer(const gguf_context *ctx) { return ctx && ctx->powerinfer; }
 size_t gguf_get_alignment(const gguf_context *ctx) { return ctx ? ctx->alignment : 0; }
 size_t gguf_get_data_offset(const gguf_context *ctx) { return ctx ? ctx->data_offset : 0; }
 size_t gguf_get_file_size(const gguf_context *ctx) { return ctx ? ctx->size : 0; }

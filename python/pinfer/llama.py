@@ -293,6 +293,8 @@ class Llama:
             seed = random.getrandbits(31) if self._random_seed else self._seed_rng.getrandbits(31)
         elif seed < 0 or seed == DEFAULT_SEED:
             seed = random.getrandbits(31)
+        if repeat_last_n < 0:  # -1: the whole context, as in llama.cpp
+            repeat_last_n = self.ctx.n_ctx
         return _core.LlamaSampler(self.model, float(temperature), int(top_k), float(top_p), float(min_p),
                                   float(repeat_penalty), int(repeat_last_n), float(frequency_penalty),
                                   float(presence_penalty), int(seed))
@@ -327,6 +329,8 @@ class Llama:
         """Yield the completion's text as it becomes final; sets state['finish_reason']
         and state['completion_tokens']. Text that may begin a stop string, or that ends
         inside a UTF-8 character, is held back until it is resolved."""
+        if self.verbose:
+            self.ctx.reset_timings()
         self._prepare(prompt_tokens)
         for t in prompt_tokens:
             sampler.accept(t)
@@ -337,8 +341,6 @@ class Llama:
         n_gen = 0
         finish = "length"
         while True:
-            if limit is not None and n_gen >= limit:
-                break
             tok = sampler.sample(self.ctx)
             sampler.accept(tok)
             if self.model.is_eog(tok):
@@ -358,13 +360,24 @@ class Llama:
             if end > emitted:
                 yield buf[emitted:end].decode("utf-8", errors="replace")
                 emitted = end
-            if self.n_tokens >= n_ctx:
-                break  # context full: finish_reason "length"
+            if (limit is not None and n_gen >= limit) or self.n_tokens >= n_ctx:
+                break  # finish_reason "length"; the last token needs no evaluation
             self.eval([tok])
         if emitted < len(buf):
             yield buf[emitted:].decode("utf-8", errors="replace")
         state["finish_reason"] = finish
         state["completion_tokens"] = n_gen
+        if self.verbose:
+            self._print_timings()
+
+    def _print_timings(self) -> None:
+        import sys
+
+        t = self.ctx.timings()
+        for what, ms, n in (("prompt eval time", t["t_prompt_ms"], t["n_prompt"]),
+                            ("eval time", t["t_eval_ms"], t["n_eval"])):
+            rate = f" ({ms / n:8.2f} ms per token, {1e3 * n / ms:8.2f} tokens per second)" if n and ms else ""
+            print(f"pinfer: {what:>16} = {ms:10.2f} ms / {n:5d} tokens{rate}", file=sys.stderr)
 
     def create_completion(
         self,

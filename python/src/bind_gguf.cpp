@@ -285,6 +285,8 @@ void bind_gguf(nb::module_ &m) {
             },
             nb::rv_policy::take_ownership)
         .def_prop_ro("version", [](const Reader &r) { return gguf_get_version(r.ctx); })
+        .def_prop_ro("is_powerinfer", [](const Reader &r) { return gguf_is_powerinfer(r.ctx); },
+                     "True if the file's magic is PowerInfer's \"PWRI\" (same layout as GGUF).")
         .def_prop_ro("alignment", [](const Reader &r) { return gguf_get_alignment(r.ctx); })
         .def_prop_ro("data_offset", [](const Reader &r) { return gguf_get_data_offset(r.ctx); })
         .def_prop_ro("file_size", [](const Reader &r) { return gguf_get_file_size(r.ctx); })

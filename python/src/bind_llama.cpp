@@ -186,13 +186,26 @@ nb::capsule context_capsule(const std::shared_ptr<context_holder> &h) {
 
 class Context {
   public:
-    Context(Model &model, uint32_t n_ctx, uint32_t n_batch, int32_t n_threads) {
+    Context(Model &model, uint32_t n_ctx, uint32_t n_batch, int32_t n_threads, nb::handle type_kv) {
         auto mh = model.holder();
         pinfer_context_params cp = pinfer_context_default_params();
         cp.n_ctx = n_ctx;
         if (n_batch == 0) throw nb::value_error("n_batch must be positive");
         cp.n_batch = n_batch;
         cp.n_threads = n_threads;
+        // 'f16' / 'f32', or the C API's codes 1 (F16) / 0 (F32).
+        if (nb::isinstance<nb::str>(type_kv)) {
+            const std::string t = nb::cast<std::string>(type_kv);
+            if (t == "f16") cp.type_kv = 1;
+            else if (t == "f32") cp.type_kv = 0;
+            else throw nb::value_error(("type_kv must be 'f16' or 'f32', got '" + t + "'").c_str());
+        } else if (nb::isinstance<nb::int_>(type_kv) && !nb::isinstance<nb::bool_>(type_kv)) {
+            const long t = nb::cast<long>(type_kv);
+            if (t != 0 && t != 1) throw nb::value_error("type_kv must be 1 (F16) or 0 (F32)");
+            cp.type_kv = (int32_t)t;
+        } else {
+            throw nb::type_error("type_kv must be 'f16', 'f32', 1 (F16) or 0 (F32)");
+        }
         pinfer_context *c = pinfer_context_new(mh->p, cp);
         if (!c) throw nb::value_error(last_error("cannot create a context").c_str());
         h_ = std::make_shared<context_holder>();
@@ -378,6 +391,80 @@ class LlamaSampler {
     int32_t n_vocab_ = 0;
 };
 
+// Neuron-aware metadata (pinfer_model_sparse_info and friends) as Python values.
+nb::dict sparse_info(const Model &s) {
+    pinfer_sparse_info i;
+    if (pinfer_model_sparse_info(s.get(), &i) != 0) throw nb::value_error(last_error("sparse_info").c_str());
+    nb::dict d;
+    d["has_predictors"] = i.has_predictors;
+    d["has_down_t"] = i.has_down_t;
+    d["has_freq"] = i.has_freq;
+    d["hot_first"] = i.hot_first;
+    d["powerinfer"] = i.powerinfer;
+    d["has_gpuidx"] = i.has_gpuidx;
+    d["gpuidx_prefix"] = i.gpuidx_prefix;
+    d["threshold"] = i.threshold;
+    d["n_act_thresholds"] = i.n_act_thresholds;
+    d["n_placements"] = i.n_placements;
+    d["max_rank"] = i.max_rank;
+    return d;
+}
+
+std::vector<float> act_thresholds(const Model &s) {
+    std::vector<float> out((size_t)pinfer_model_n_layer(s.get()));
+    const int32_t n = pinfer_model_act_thresholds(s.get(), out.data(), (int32_t)out.size());
+    if (n < 0) throw nb::value_error(last_error("act_thresholds").c_str());
+    out.resize((size_t)n);
+    return out;
+}
+
+std::pair<std::string, std::vector<int32_t>> placement_for(const Model &s, uint64_t budget) {
+    std::vector<int32_t> k((size_t)pinfer_model_n_layer(s.get()));
+    const int32_t rc = pinfer_model_placement(s.get(), budget, k.data(), (int32_t)k.size());
+    if (rc < 0) throw nb::value_error(last_error("placement").c_str());
+    const char *kind = rc == PINFER_PLACEMENT_EXACT ? "exact" : rc == PINFER_PLACEMENT_BELOW ? "below" : "greedy";
+    return {kind, k};
+}
+
+nb::list placements(const Model &s) {
+    pinfer_sparse_info info;
+    if (pinfer_model_sparse_info(s.get(), &info) != 0) throw nb::value_error(last_error("placements").c_str());
+    nb::list out;
+    std::vector<int32_t> k((size_t)pinfer_model_n_layer(s.get()));
+    for (int32_t i = 0; i < info.n_placements; i++) {
+        uint64_t budget = 0;
+        double obj = 0;
+        char solver[256];
+        if (pinfer_model_placement_entry(s.get(), i, &budget, &obj, solver, sizeof solver, k.data(), (int32_t)k.size()) != 0)
+            throw nb::value_error(last_error("placements").c_str());
+        nb::dict d;
+        d["budget_bytes"] = budget;
+        d["solver"] = std::string(solver);
+        d["objective"] = obj;
+        d["gpu_neurons"] = k;
+        out.append(d);
+    }
+    return out;
+}
+
+std::vector<int32_t> gpu_neurons(const Model &s, int32_t il) {
+    int32_t n = pinfer_model_gpu_neurons(s.get(), il, nullptr, 0);
+    if (n == INT32_MIN) throw nb::value_error(last_error("gpu_neurons").c_str());
+    std::vector<int32_t> ids((size_t)(n < 0 ? -n : n));
+    n = pinfer_model_gpu_neurons(s.get(), il, ids.data(), (int32_t)ids.size());
+    if (n < 0) throw nb::value_error(last_error("gpu_neurons").c_str());
+    return ids;
+}
+
+void load_gpuidx(Model &s, const std::filesystem::path &path) {
+    int32_t rc;
+    {
+        nb::gil_scoped_release nogil;
+        rc = pinfer_model_load_gpuidx(const_cast<pinfer_model *>(s.get()), path.string().c_str());
+    }
+    if (rc != 0) throw nb::value_error(last_error("cannot load gpuidx").c_str());
+}
+
 }  // namespace
 
 void bind_llama(nb::module_ &m) {
@@ -401,6 +488,13 @@ void bind_llama(nb::module_ &m) {
         .def_prop_ro("arch", [](const Model &s) { return std::string(pinfer_model_arch(s.get())); })
         .def_prop_ro("desc", [](const Model &s) { return std::string(pinfer_model_desc(s.get())); })
         .def("meta", &Model::meta, nb::arg("key"), "A string metadata value, or None.")
+        .def_prop_ro("sparse_info", &sparse_info, "Neuron-aware metadata flags (pinfer_model_sparse_info) as a dict.")
+        .def_prop_ro("act_thresholds", &act_thresholds, "pinfer.sparse.act_thresholds (empty if absent).")
+        .def_prop_ro("placements", &placements, "The placement section: dicts of budget_bytes, solver, objective, gpu_neurons.")
+        .def("placement", &placement_for, nb::arg("budget_bytes"),
+             "(kind, k): per-layer GPU prefix lengths for a VRAM budget; kind is 'exact', 'below' or 'greedy'.")
+        .def("load_gpuidx", &load_gpuidx, nb::arg("path"), "Load a PowerInfer .gpuidx file for this model.")
+        .def("gpu_neurons", &gpu_neurons, nb::arg("layer"), "GPU neuron ids of a layer from the loaded .gpuidx.")
         .def_prop_ro("bos", [](const Model &s) { return pinfer_token_bos(s.get()); }, "BOS token id, -1 if none.")
         .def_prop_ro("eos", [](const Model &s) { return pinfer_token_eos(s.get()); }, "EOS token id, -1 if none.")
         .def("is_eog", [](const Model &s, int32_t t) { return pinfer_token_is_eog(s.get(), t); }, nb::arg("token"))
@@ -410,8 +504,10 @@ void bind_llama(nb::module_ &m) {
              "Format [(role, content), ...] with the built-in template formatter (not Jinja).");
 
     nb::class_<Context>(m, "Context", "KV cache, compute buffers and threads for one model.")
-        .def(nb::init<Model &, uint32_t, uint32_t, int32_t>(), nb::arg("model"), nb::arg("n_ctx") = 0,
-             nb::arg("n_batch") = 512, nb::arg("n_threads") = 0)
+        .def(nb::init<Model &, uint32_t, uint32_t, int32_t, nb::handle>(), nb::arg("model"), nb::arg("n_ctx") = 0,
+             nb::arg("n_batch") = 512, nb::arg("n_threads") = 0, nb::arg("type_kv") = "f16",
+             "n_ctx 0: the model's training context (at most 4096); n_threads <= 0: all cores; "
+             "type_kv: KV cache element type, 'f16' (or 1) or 'f32' (or 0, for exact comparisons).")
         .def("close", &Context::close)
         .def_prop_ro("closed", &Context::closed)
         .def("decode", &Context::decode_array, nb::arg("tokens"), nb::arg("all_logits") = false,

@@ -119,6 +119,17 @@ int main() {
     const char junk[8] = "GGUX\3\0\0";
     CHECK(gguf_parse_buffer(junk, sizeof junk, err, sizeof err) == nullptr && strstr(err, "bad magic"));
 
+    // PowerInfer's magic "PWRI" (same layout) parses and is reported; "GGUF" is not.
+    unsigned char pw[24] = {'P', 'W', 'R', 'I', 3};  // v3, 0 tensors, 0 keys
+    gguf_context *pc = gguf_parse_buffer(pw, sizeof pw, err, sizeof err);
+    CHECK(pc && gguf_is_powerinfer(pc) && gguf_get_version(pc) == 3 && gguf_get_n_kv(pc) == 0);
+    gguf_free(pc);
+    memcpy(pw, "GGUF", 4);
+    pc = gguf_parse_buffer(pw, sizeof pw, err, sizeof err);
+    CHECK(pc && !gguf_is_powerinfer(pc));
+    gguf_free(pc);
+    CHECK(!gguf_is_powerinfer(nullptr));
+
     remove(path.c_str());
     rmdir(dir);
     if (g_fail) fprintf(stderr, "%d checks failed\n", g_fail);

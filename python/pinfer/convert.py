@@ -1,0 +1,711 @@
+"""Convert a Hugging Face model directory to a GGUF file pinfer (and llama.cpp) can load.
+
+    pinfer convert HF_DIR -o model.gguf --type f16
+
+Supported architectures (config.json "architectures"):
+
+- LlamaForCausalLM, MistralForCausalLM -> GGUF "llama". q_proj/k_proj rows are
+  permuted within each head because GGUF's llama RoPE rotates adjacent pairs
+  (2i, 2i+1) where Hugging Face rotates halves (i, i + d/2).
+  FFN activation (written as ``pinfer.ffn_act``): hidden_act "silu" -> SwiGLU;
+  "relu" -> ReGLU, relu(gate) * up (ReluLLaMA, ProSparse).
+  Bamboo-style relu(gate) * relu(up) ("relu-both") is never guessed: it needs
+  hidden_act "relu" AND an explicit signal, either ``"pinfer_ffn_act": "relu-both"``
+  in config.json or ``--ffn-act relu-both`` (``convert(..., ffn_act="relu-both")``).
+- Qwen2ForCausalLM -> "qwen2": q/k/v biases, NeoX RoPE (rows unpermuted).
+- FalconForCausalLM (also the older RWForCausalLM) -> "falcon": fused
+  query_key_value rewritten as [all q heads; all k heads; all v heads], parallel
+  attention + MLP, LayerNorm with bias, NeoX RoPE, ungated GELU MLP; with
+  activation "relu" (ReluFalcon) pinfer.ffn_act = "relu". pinfer's GELU is the
+  tanh approximation (as in llama.cpp), so a model trained with exact GELU is
+  approximated (|error| < 4e-4 per activation).
+
+Weights come from *.safetensors (read here from the file header + a memory map,
+which also covers bf16, which numpy cannot hold) or from PyTorch *.bin files
+loaded with ``torch.load(weights_only=True)`` (never arbitrary unpickling).
+
+Types: 1-D tensors (norms, biases) stay F32; 2-D weights get --type. A quantized
+type needs rows whose length is a multiple of 32; other matrices fall back to F16
+(and the converter says so). Quantization uses pinfer's own kernels.
+
+The output is written to a temporary file next to the target and renamed into
+place only when complete, so a failed conversion never leaves a partial file.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+from typing import Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
+# general.file_type values (llama.cpp's LLAMA_FTYPE_* numbering)
+FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "bf16": 32}
+ARCHS = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen2",
+    "FalconForCausalLM": "falcon",
+    "RWForCausalLM": "falcon",
+}
+FFN_ACTS = ("silu", "gelu", "relu", "relu-both")
+
+# GGUF token types
+T_NORMAL, T_UNKNOWN, T_CONTROL, T_USER_DEFINED, T_UNUSED, T_BYTE = 1, 2, 3, 4, 5, 6
+
+
+class ConvertError(ValueError):
+    """A model or option the converter does not support (the message names it)."""
+
+
+# ---------------------------------------------------------------- weights
+
+_ST_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
+
+
+class _SafetensorsFile:
+    """One .safetensors file: an 8-byte little-endian header length, a JSON
+    header {name: {dtype, shape, data_offsets}}, then the raw data. Tensors are
+    views of a read-only memory map, converted on demand."""
+
+    def __init__(self, path: str):
+        self.path = path
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            if n <= 0 or n > 100 << 20:
+                raise ConvertError(f"{path}: not a safetensors file (header length {n})")
+            header = json.loads(f.read(n))
+        header.pop("__metadata__", None)
+        self.base = 8 + n
+        self.header = header
+        self.map = np.memmap(path, dtype=np.uint8, mode="r")
+
+    def names(self) -> List[str]:
+        return list(self.header)
+
+    def shape(self, name: str) -> Tuple[int, ...]:
+        return tuple(self.header[name]["shape"])
+
+    def get(self, name: str) -> np.ndarray:
+        h = self.header[name]
+        dt = _ST_DTYPES.get(h["dtype"])
+        if dt is None:
+            raise ConvertError(f"{self.path}: tensor {name} has unsupported dtype {h['dtype']}")
+        a, b = h["data_offsets"]
+        raw = self.map[self.base + a:self.base + b].view(dt).reshape(h["shape"])
+        if h["dtype"] == "BF16":  # bf16 is the top half of a float32
+            return (raw.astype(np.uint32) << 16).view(np.float32)
+        return raw.astype(np.float32)
+
+
+class _TorchFile:
+    """A PyTorch .bin state dict, loaded with weights_only=True (tensors only)."""
+
+    def __init__(self, path: str):
+        try:
+            import torch
+        except ImportError as e:  # pragma: no cover - torch is optional
+            raise ConvertError(f"{path}: reading PyTorch .bin weights needs torch (pip install torch)") from e
+        self.path = path
+        try:
+            try:
+                sd = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError:  # the legacy (pre-zip) format cannot be memory-mapped
+                sd = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:
+            raise ConvertError(f"{path}: cannot load as a plain tensor state dict ({e})") from e
+        if not isinstance(sd, dict):
+            raise ConvertError(f"{path}: expected a state dict, got {type(sd).__name__}")
+        self.sd = {k: v for k, v in sd.items() if hasattr(v, "shape")}
+
+    def names(self) -> List[str]:
+        return list(self.sd)
+
+    def shape(self, name: str) -> Tuple[int, ...]:
+        return tuple(self.sd[name].shape)
+
+    def get(self, name: str) -> np.ndarray:
+        import torch
+
+        return self.sd[name].to(torch.float32).numpy()
+
+
+class _Weights:
+    """All tensors of a model directory, by Hugging Face name."""
+
+    def __init__(self, hf_dir: str):
+        files = sorted(f for f in os.listdir(hf_dir) if f.endswith(".safetensors"))
+        if files:
+            readers = [_SafetensorsFile(os.path.join(hf_dir, f)) for f in files]
+        else:
+            files = sorted(f for f in os.listdir(hf_dir) if f.endswith(".bin") and "training_args" not in f)
+            if not files:
+                raise ConvertError(f"{hf_dir}: no *.safetensors or *.bin weight files")
+            readers = [_TorchFile(os.path.join(hf_dir, f)) for f in files]
+        self.where: Dict[str, object] = {}
+        for r in readers:
+            for n in r.names():
+                self.where[n] = r
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.where
+
+    def names(self) -> List[str]:
+        return list(self.where)
+
+    def shape(self, name: str) -> Tuple[int, ...]:
+        return self._r(name).shape(name)
+
+    def get(self, name: str) -> np.ndarray:
+        return self._r(name).get(name)
+
+    def _r(self, name: str):
+        if name not in self.where:
+            raise ConvertError(f"tensor '{name}' is missing from the weight files")
+        return self.where[name]
+
+
+# ---------------------------------------------------------------- tokenizer
+
+def _bytes_to_unicode() -> Dict[int, str]:
+    """GPT-2's reversible byte -> printable character map (byte-level BPE alphabet)."""
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs = bs[:]
+    k = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + k)
+            k += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+# Split regexes of known byte-level BPE pre-tokenizers -> tokenizer.ggml.pre
+_LLAMA3_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+              r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+             r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def _bpe_pre(tj: dict) -> str:
+    """tokenizer.ggml.pre of a byte-level BPE tokenizer.json, from its pre-tokenizer."""
+    pt = tj.get("pre_tokenizer") or {}
+    items = pt.get("pretokenizers", []) if pt.get("type") == "Sequence" else [pt]
+    kinds = [p.get("type") for p in items]
+    if kinds == ["ByteLevel"] and items[0].get("use_regex", True):
+        return "gpt2"
+    if kinds == ["Split", "ByteLevel"] and not items[1].get("use_regex", True):
+        pat = items[0].get("pattern", {})
+        regex = pat.get("Regex", pat.get("String"))
+        if regex == _LLAMA3_RE:
+            return "llama-bpe"
+        if regex == _QWEN2_RE:
+            return "qwen2"
+    if kinds == ["Digits", "ByteLevel"] and items[0].get("individual_digits") and items[1].get("use_regex", True):
+        return "smollm"
+    raise ConvertError(f"unsupported byte-level BPE pre-tokenizer {json.dumps(pt)[:300]} "
+                       "(supported: gpt2, llama3, qwen2, smollm/starcoder styles)")
+
+
+def _special_id(value, token_ids: Dict[str, int]) -> Optional[int]:
+    if isinstance(value, dict):
+        value = value.get("content")
+    if isinstance(value, str):
+        return token_ids.get(value)
+    return None
+
+
+def _read_json(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _tokenizer_meta(hf_dir: str, cfg: dict, n_vocab: int) -> dict:
+    """tokenizer.ggml.* values (and the chat template) from the directory."""
+    tc_path = os.path.join(hf_dir, "tokenizer_config.json")
+    tc = _read_json(tc_path) if os.path.exists(tc_path) else {}
+    spm_path = os.path.join(hf_dir, "tokenizer.model")
+    tj_path = os.path.join(hf_dir, "tokenizer.json")
+    out: dict = {}
+    if os.path.exists(spm_path):
+        tokens, scores, types, add_prefix = _spm_vocab(spm_path)
+        out.update(model="llama", scores=scores, add_space_prefix=add_prefix)
+        add_bos_default = True
+        tj = _read_json(tj_path) if os.path.exists(tj_path) else {}
+    elif os.path.exists(tj_path):
+        tj = _read_json(tj_path)
+        model = tj.get("model", {})
+        if model.get("type") != "BPE":
+            raise ConvertError(f"tokenizer.json model type '{model.get('type')}' is not supported "
+                               "(supported: byte-level BPE, or SentencePiece via tokenizer.model)")
+        dec = tj.get("decoder") or {}
+        if dec.get("type") != "ByteLevel":
+            raise ConvertError("tokenizer.json is a BPE tokenizer without a ByteLevel decoder; "
+                               "SentencePiece-style models need their tokenizer.model")
+        vocab = model["vocab"]
+        tokens = [""] * len(vocab)
+        for t, i in vocab.items():
+            if i >= len(tokens):
+                tokens.extend([""] * (i + 1 - len(tokens)))
+            tokens[i] = t
+        types = [T_NORMAL] * len(tokens)
+        merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
+        out.update(model="gpt2", pre=_bpe_pre(tj), merges=merges)
+        add_bos_default = False
+        post = tj.get("post_processor") or {}
+        if post.get("type") == "TemplateProcessing":  # e.g. Llama 3 prepends <|begin_of_text|>
+            single = post.get("single", [])
+            add_bos_default = bool(single) and "SpecialToken" in single[0]
+    else:
+        raise ConvertError(f"{hf_dir}: no tokenizer (tokenizer.json or tokenizer.model)")
+
+    for at in tj.get("added_tokens", []):  # special / user tokens beyond the base vocabulary
+        i, content = at["id"], at["content"]
+        while i >= len(tokens):
+            tokens.append(f"[PAD{len(tokens)}]")
+            types.append(T_UNUSED)
+            if "scores" in out:
+                out["scores"].append(-1000.0)
+        tokens[i] = content
+        types[i] = T_CONTROL if at.get("special") else T_USER_DEFINED
+    if len(tokens) > n_vocab:
+        raise ConvertError(f"the tokenizer has {len(tokens)} tokens but the model's vocab_size is {n_vocab}")
+    while len(tokens) < n_vocab:  # embedding rows past the tokenizer (padding)
+        tokens.append(f"[PAD{len(tokens)}]")
+        types.append(T_UNUSED)
+        if "scores" in out:
+            out["scores"].append(-1000.0)
+    seen = set()
+    for i, t in enumerate(tokens):  # GGUF readers map text -> id, so names must be unique
+        if t in seen or t == "":
+            tokens[i] = f"[PAD{i}]"
+            types[i] = T_UNUSED
+        seen.add(tokens[i])
+    out["tokens"], out["types"] = tokens, types
+
+    ids = {t: i for i, t in enumerate(tokens)}
+    for key, name in (("bos", "bos_token"), ("eos", "eos_token"), ("unk", "unk_token"), ("pad", "pad_token")):
+        i = _special_id(tc.get(name), ids)
+        if i is None and isinstance(cfg.get(f"{key}_token_id"), int) and cfg[f"{key}_token_id"] < len(tokens):
+            i = cfg[f"{key}_token_id"]
+        if i is not None:
+            out[key] = i
+    out["add_bos"] = bool(tc.get("add_bos_token", add_bos_default)) and "bos" in out
+    out["add_eos"] = bool(tc.get("add_eos_token", False)) and "eos" in out
+
+    tmpl = tc.get("chat_template")
+    jinja = os.path.join(hf_dir, "chat_template.jinja")
+    if tmpl is None and os.path.exists(jinja):
+        with open(jinja, encoding="utf-8") as f:
+            tmpl = f.read()
+    if isinstance(tmpl, list):  # [{"name": ..., "template": ...}, ...]
+        named = {t.get("name"): t.get("template") for t in tmpl}
+        tmpl = named.get("default") or next(iter(named.values()), None)
+    if isinstance(tmpl, str) and tmpl:
+        out["chat_template"] = tmpl
+    return out
+
+
+def _spm_vocab(path: str):
+    """(tokens, scores, types, add_dummy_prefix) of a SentencePiece model."""
+    try:
+        from sentencepiece import sentencepiece_model_pb2 as pb
+    except ImportError as e:
+        raise ConvertError("reading tokenizer.model needs the sentencepiece package (pip install sentencepiece)") from e
+    mp = pb.ModelProto()
+    with open(path, "rb") as f:
+        mp.ParseFromString(f.read())
+    if mp.trainer_spec.model_type != 2:  # 1 unigram, 2 BPE
+        print(f"pinfer convert: note: SentencePiece model type {mp.trainer_spec.model_type} is tokenized "
+              "with score-ordered BPE merges", file=sys.stderr)
+    tokens = [p.piece for p in mp.pieces]
+    scores = [float(p.score) for p in mp.pieces]
+    types = [int(p.type) for p in mp.pieces]  # same numbering as GGUF's token types
+    return tokens, scores, types, bool(mp.normalizer_spec.add_dummy_prefix)
+
+
+# ---------------------------------------------------------------- architectures
+
+def _get(cfg: dict, *names, default=None):
+    for n in names:
+        if cfg.get(n) is not None:
+            return cfg[n]
+    return default
+
+
+def _rope(cfg: dict) -> Tuple[float, Optional[float]]:
+    """(rope_theta, linear scaling factor or None); refuses other scalings."""
+    params = cfg.get("rope_parameters") or {}
+    scaling = cfg.get("rope_scaling") or {}
+    theta = float(_get(cfg, "rope_theta", default=params.get("rope_theta", 10000.0)))
+    kind = scaling.get("rope_type", scaling.get("type")) or params.get("rope_type", "default")
+    factor = scaling.get("factor", params.get("factor"))
+    if kind in ("default", None):
+        return theta, None
+    if kind == "linear":
+        return theta, float(factor)
+    raise ConvertError(f"unsupported RoPE scaling '{kind}' (supported: none, linear)")
+
+
+def _permute_rope_rows(w: np.ndarray, n_head: int) -> np.ndarray:
+    """HF (rotate halves) -> GGUF llama (rotate adjacent pairs) row order per head."""
+    d = w.shape[0] // n_head
+    return w.reshape(n_head, 2, d // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+Plan = List[Tuple[str, str, Callable[[], np.ndarray]]]  # (gguf name, hf name, producer)
+
+
+def _llama_like(cfg: dict, arch: str, w: _Weights, ffn_act: Optional[str]) -> Tuple[dict, Plan]:
+    n_embd, n_head = cfg["hidden_size"], cfg["num_attention_heads"]
+    n_head_kv = _get(cfg, "num_key_value_heads", default=n_head)
+    head_dim = _get(cfg, "head_dim", default=n_embd // n_head)
+    act = cfg.get("hidden_act", "silu")
+    if arch == "llama":
+        for flag in ("attention_bias", "mlp_bias"):
+            if cfg.get(flag):
+                raise ConvertError(f"llama with {flag}=true is not supported")
+    elif arch == "qwen2" and cfg.get("use_sliding_window"):
+        raise ConvertError("qwen2 with use_sliding_window=true is not supported")
+    acts = {"silu": "silu", "swish": "silu", "relu": "relu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu",
+            "gelu_new": "gelu"}
+    if act not in acts:
+        raise ConvertError(f"unsupported hidden_act '{act}' (supported: {', '.join(acts)})")
+    ffn = acts[act]
+    want = ffn_act or cfg.get("pinfer_ffn_act")
+    if want:
+        if want not in FFN_ACTS:
+            raise ConvertError(f"unknown FFN activation '{want}' (supported: {', '.join(FFN_ACTS)})")
+        if want != ffn and not (want == "relu-both" and ffn == "relu"):
+            raise ConvertError(f"FFN activation '{want}' contradicts hidden_act '{act}' "
+                               "(relu-both needs hidden_act relu)")
+        ffn = want
+    theta, scale = _rope(cfg)
+    tied = bool(cfg.get("tie_word_embeddings", False)) or "lm_head.weight" not in w
+    meta = {
+        "context_length": int(_get(cfg, "max_position_embeddings", default=2048)),
+        "embedding_length": n_embd,
+        "block_count": cfg["num_hidden_layers"],
+        "feed_forward_length": cfg["intermediate_size"],
+        "attention.head_count": n_head,
+        "attention.head_count_kv": n_head_kv,
+        "rope.freq_base": theta,
+        "attention.layer_norm_rms_epsilon": float(_get(cfg, "rms_norm_eps", default=1e-6)),
+        "rope.dimension_count": head_dim,
+        "ffn_act": ffn,
+    }
+    if head_dim * n_head != n_embd:
+        meta["attention.key_length"] = head_dim
+        meta["attention.value_length"] = head_dim
+    if scale is not None:
+        meta["rope.scaling.type"] = "linear"
+        meta["rope.scaling.factor"] = scale
+
+    plan: Plan = []
+
+    def add(dst: str, src: str, fn: Optional[Callable[[np.ndarray], np.ndarray]] = None):
+        plan.append((dst, src, (lambda: fn(w.get(src))) if fn else (lambda: w.get(src))))
+
+    add("token_embd.weight", "model.embed_tokens.weight")
+    for i in range(cfg["num_hidden_layers"]):
+        p, b = f"model.layers.{i}.", f"blk.{i}."
+        add(b + "attn_norm.weight", p + "input_layernorm.weight")
+        if arch == "llama":
+            add(b + "attn_q.weight", p + "self_attn.q_proj.weight", lambda a: _permute_rope_rows(a, n_head))
+            add(b + "attn_k.weight", p + "self_attn.k_proj.weight", lambda a: _permute_rope_rows(a, n_head_kv))
+        else:
+            add(b + "attn_q.weight", p + "self_attn.q_proj.weight")
+            add(b + "attn_k.weight", p + "self_attn.k_proj.weight")
+        add(b + "attn_v.weight", p + "self_attn.v_proj.weight")
+        if arch == "qwen2":
+            for x in "qkv":
+                add(b + f"attn_{x}.bias", p + f"self_attn.{x}_proj.bias")
+        add(b + "attn_output.weight", p + "self_attn.o_proj.weight")
+        add(b + "ffn_norm.weight", p + "post_attention_layernorm.weight")
+        add(b + "ffn_gate.weight", p + "mlp.gate_proj.weight")
+        add(b + "ffn_up.weight", p + "mlp.up_proj.weight")
+        add(b + "ffn_down.weight", p + "mlp.down_proj.weight")
+    add("output_norm.weight", "model.norm.weight")
+    if not tied:
+        add("output.weight", "lm_head.weight")
+    return meta, plan
+
+
+def _falcon(cfg: dict, w: _Weights, ffn_act: Optional[str]) -> Tuple[dict, Plan]:
+    n_embd = _get(cfg, "hidden_size", "d_model")
+    n_head = _get(cfg, "num_attention_heads", "n_head")
+    n_layer = _get(cfg, "num_hidden_layers", "n_layer")
+    new_arch = bool(cfg.get("new_decoder_architecture", False))
+    if cfg.get("alibi"):
+        raise ConvertError("falcon with alibi=true is not supported (only rotary position embeddings)")
+    if cfg.get("bias"):
+        raise ConvertError("falcon with bias=true (biases on the linear layers) is not supported")
+    if not new_arch and not cfg.get("parallel_attn", True):
+        raise ConvertError("falcon with parallel_attn=false is not supported")
+    if new_arch:
+        n_head_kv = _get(cfg, "num_kv_heads", "n_head_kv", default=n_head)
+    elif cfg.get("multi_query", True):
+        n_head_kv = 1
+    else:
+        n_head_kv = n_head
+        if _get(cfg, "num_kv_heads", default=n_head) != n_head:
+            raise ConvertError("falcon without multi_query and new_decoder_architecture needs num_kv_heads == n_head")
+    head_dim = n_embd // n_head
+    act = cfg.get("activation", "gelu")
+    acts = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu", "gelu_new": "gelu", "relu": "relu"}
+    if act not in acts:
+        raise ConvertError(f"unsupported falcon activation '{act}' (supported: {', '.join(acts)})")
+    ffn = acts[act]
+    want = ffn_act or cfg.get("pinfer_ffn_act")
+    if want and want != ffn:
+        raise ConvertError(f"FFN activation '{want}' contradicts falcon activation '{act}' (falcon's FFN has no gate)")
+    n_ff = int(_get(cfg, "ffn_hidden_size", default=4 * n_embd))
+    theta, scale = _rope(cfg)
+    if scale is not None:
+        raise ConvertError("falcon with RoPE scaling is not supported")
+    meta = {
+        "context_length": int(_get(cfg, "max_position_embeddings", default=2048)),
+        "embedding_length": n_embd,
+        "feed_forward_length": n_ff,
+        "block_count": n_layer,
+        "attention.head_count": n_head,
+        "attention.head_count_kv": n_head_kv,
+        "attention.layer_norm_epsilon": float(_get(cfg, "layer_norm_epsilon", default=1e-5)),
+        "rope.freq_base": theta,
+        "ffn_act": ffn,
+    }
+    g = n_head // n_head_kv
+
+    def qkv(a: np.ndarray) -> np.ndarray:
+        # HF groups rows per kv head: [g queries, 1 key, 1 value] x n_head_kv (the
+        # old layouts, MQA [q..., k, v] and MHA [q_h, k_h, v_h] per head, are the
+        # g = n_head and g = 1 cases). GGUF wants [all q; all k; all v].
+        t = a.reshape(n_head_kv, g + 2, head_dim, n_embd)
+        q = t[:, :g].reshape(n_head * head_dim, n_embd)
+        k = t[:, g].reshape(n_head_kv * head_dim, n_embd)
+        v = t[:, g + 1].reshape(n_head_kv * head_dim, n_embd)
+        return np.concatenate([q, k, v])
+
+    plan: Plan = []
+
+    def add(dst: str, src: str, fn=None):
+        plan.append((dst, src, (lambda: fn(w.get(src))) if fn else (lambda: w.get(src))))
+
+    add("token_embd.weight", "transformer.word_embeddings.weight")
+    for i in range(n_layer):
+        p, b = f"transformer.h.{i}.", f"blk.{i}."
+        if p + "ln_attn.weight" in w:
+            for s in ("weight", "bias"):
+                add(b + f"attn_norm.{s}", p + f"ln_attn.{s}")
+                add(b + f"attn_norm_2.{s}", p + f"ln_mlp.{s}")
+        else:
+            for s in ("weight", "bias"):
+                add(b + f"attn_norm.{s}", p + f"input_layernorm.{s}")
+        add(b + "attn_qkv.weight", p + "self_attention.query_key_value.weight", qkv)
+        add(b + "attn_output.weight", p + "self_attention.dense.weight")
+        add(b + "ffn_up.weight", p + "mlp.dense_h_to_4h.weight")
+        add(b + "ffn_down.weight", p + "mlp.dense_4h_to_h.weight")
+    add("output_norm.weight", "transformer.ln_f.weight")
+    add("output_norm.bias", "transformer.ln_f.bias")
+    if not cfg.get("tie_word_embeddings", True) and "lm_head.weight" in w:
+        add("output.weight", "lm_head.weight")
+    return meta, plan
+
+
+# ---------------------------------------------------------------- output
+
+def _to_bf16_bits(a: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 bit patterns, round to nearest even (NaN kept quiet)."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(a)
+    if nan.any():
+        r[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)
+    return r
+
+
+def convert(hf_dir: str, out_path: str, type: str = "f16", ffn_act: Optional[str] = None,
+            name: Optional[str] = None, progress: bool = True) -> str:
+    """Convert the Hugging Face model in hf_dir to a GGUF file at out_path.
+
+    type: one of TYPES for the 2-D weights. ffn_act: override the FFN activation
+    written as pinfer.ffn_act (needed for "relu-both"; see the module doc).
+    Returns out_path. Raises ConvertError naming an unsupported input."""
+    import gguf
+
+    if type not in TYPES:
+        raise ConvertError(f"unknown --type '{type}' (supported: {', '.join(TYPES)})")
+    cfg_path = os.path.join(hf_dir, "config.json")
+    if not os.path.isfile(cfg_path):
+        raise ConvertError(f"{hf_dir}: no config.json (is this a Hugging Face model directory?)")
+    cfg = _read_json(cfg_path)
+    archs = cfg.get("architectures") or []
+    hf_arch = next((a for a in archs if a in ARCHS), None)
+    if hf_arch is None:
+        raise ConvertError(f"unsupported architecture {archs or cfg.get('model_type')!r} "
+                           f"(supported: {', '.join(ARCHS)})")
+    arch = ARCHS[hf_arch]
+    w = _Weights(hf_dir)
+    if arch == "falcon":
+        meta, plan = _falcon(cfg, w, ffn_act)
+        embd_name = "transformer.word_embeddings.weight"
+    else:
+        meta, plan = _llama_like(cfg, arch, w, ffn_act)
+        embd_name = "model.embed_tokens.weight"
+    n_vocab = w.shape(embd_name)[0]
+    tok = _tokenizer_meta(hf_dir, cfg, n_vocab)
+
+    used = {src for _, src, _ in plan}
+    extra = [n for n in w.names() if n not in used and not n.endswith("rotary_emb.inv_freq")
+             and n != "lm_head.weight"]
+    if extra:
+        raise ConvertError(f"unexpected tensors (an unsupported variant of {hf_arch}?): {', '.join(extra[:5])}")
+
+    from . import _core
+
+    out_dir = os.path.dirname(os.path.abspath(out_path))
+    fd, tmp = tempfile.mkstemp(prefix=".pinfer-convert-", suffix=".gguf.tmp", dir=out_dir)
+    os.close(fd)
+    try:
+        wr = gguf.GGUFWriter(tmp, arch)
+        wr.add_name(name or os.path.basename(os.path.normpath(hf_dir)))
+        wr.add_file_type(FILE_TYPES[type])
+        if type.startswith("q"):
+            wr.add_quantization_version(2)
+        for k, v in meta.items():
+            if k == "ffn_act":
+                wr.add_string("pinfer.ffn_act", v)
+            elif isinstance(v, str):
+                wr.add_string(f"{arch}.{k}", v)
+            elif isinstance(v, float):
+                wr.add_float32(f"{arch}.{k}", v)
+            else:
+                wr.add_uint32(f"{arch}.{k}", int(v))
+        wr.add_uint32(f"{arch}.vocab_size", n_vocab)
+        wr.add_tokenizer_model(tok["model"])
+        if "pre" in tok:
+            wr.add_tokenizer_pre(tok["pre"])
+        wr.add_token_list(tok["tokens"])
+        wr.add_token_types(tok["types"])
+        if "scores" in tok:
+            wr.add_token_scores(tok["scores"])
+        if "merges" in tok:
+            wr.add_token_merges(tok["merges"])
+        for key, fn in (("bos", wr.add_bos_token_id), ("eos", wr.add_eos_token_id), ("unk", wr.add_unk_token_id),
+                        ("pad", wr.add_pad_token_id)):
+            if key in tok:
+                fn(tok[key])
+        wr.add_add_bos_token(tok["add_bos"])
+        wr.add_add_eos_token(tok["add_eos"])
+        if "add_space_prefix" in tok:
+            wr.add_add_space_prefix(tok["add_space_prefix"])
+        if "chat_template" in tok:
+            wr.add_chat_template(tok["chat_template"])
+
+        # Tensor infos first (shapes and types are known from the headers), then
+        # the data one tensor at a time, so memory stays at one tensor.
+        qtype = _core.type_from_name(type)
+        info = _core.type_info(qtype)
+        jobs = []
+        fallback = []
+        for dst, src, fn in plan:
+            shape = w.shape(src)
+            if len(shape) == 1 or type == "f32":
+                t = "f32"
+            elif info["is_quantized"] and shape[-1] % info["blck_size"]:
+                t = "f16"
+                fallback.append(dst)
+            else:
+                t = type
+            n = int(np.prod(shape))
+            if t == "f32":
+                wr.add_tensor_info(dst, shape, np.dtype(np.float32), 4 * n)
+            elif t == "f16":
+                wr.add_tensor_info(dst, shape, np.dtype(np.float16), 2 * n)
+            elif t == "bf16":
+                wr.add_tensor_info(dst, shape, np.dtype(np.uint16), 2 * n, raw_dtype=gguf.GGMLQuantizationType.BF16)
+            else:
+                rb = shape[-1] // info["blck_size"] * info["type_size"]
+                wr.add_tensor_info(dst, (shape[0], rb), np.dtype(np.uint8), shape[0] * rb,
+                                   raw_dtype=gguf.GGMLQuantizationType(qtype))
+            jobs.append((dst, t, fn, n))
+        if fallback:
+            print(f"pinfer convert: {len(fallback)} matrices have rows not a multiple of {info['blck_size']}; "
+                  f"written as f16 ({', '.join(fallback[:3])}{', ...' if len(fallback) > 3 else ''})",
+                  file=sys.stderr)
+        wr.write_header_to_file()
+        wr.write_kv_data_to_file()
+        wr.write_ti_data_to_file()
+
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=sum(j[3] for j in jobs), unit="param", unit_scale=True, desc="convert",
+                       file=sys.stderr)
+        for dst, t, fn, n in jobs:
+            a = np.ascontiguousarray(fn(), dtype=np.float32)
+            if not np.all(np.isfinite(a)):
+                raise ConvertError(f"tensor {dst} holds NaN or infinite values")
+            if t == "f32":
+                out = a
+            elif t == "f16":
+                out = a.astype(np.float16)
+            elif t == "bf16":
+                out = _to_bf16_bits(a)
+            else:
+                out = _core.quantize(qtype, a)
+            wr.write_tensor_data(out)
+            if bar is not None:
+                bar.set_postfix_str(dst, refresh=False)
+                bar.update(n)
+        if bar is not None:
+            bar.close()
+        wr.close()
+        os.replace(tmp, out_path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return out_path
+
+
+# ---------------------------------------------------------------- CLI
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("convert", help="convert a Hugging Face model directory to GGUF",
+                              description="Convert a Hugging Face model directory (config.json, *.safetensors "
+                                          "or *.bin, tokenizer) to a GGUF file. Supported: "
+                                          + ", ".join(ARCHS) + ".")
+    p.add_argument("hf_dir", help="Hugging Face model directory")
+    p.add_argument("-o", "--output", required=True, help="output .gguf path")
+    p.add_argument("--type", default="f16", choices=TYPES, help="type of the 2-D weights (default f16)")
+    p.add_argument("--ffn-act", choices=FFN_ACTS, default=None,
+                   help="override the FFN activation (relu-both: Bamboo-style relu(gate)*relu(up))")
+    p.add_argument("--name", default=None, help="general.name (default: the directory name)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=main)
+    return p
+
+
+def main(args) -> int:
+    try:
+        convert(args.hf_dir, args.output, type=args.type, ffn_act=args.ffn_act, name=args.name,
+                progress=not args.no_progress)
+    except (ConvertError, OSError) as e:
+        print(f"pinfer convert: error: {e}", file=sys.stderr)
+        return 1
+    print(f"pinfer convert: wrote {args.output} ({os.path.getsize(args.output) / 2**20:.1f} MiB)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":  # python -m pinfer.convert HF_DIR -o out.gguf
+    ap = argparse.ArgumentParser(prog="pinfer")
+    sub = ap.add_subparsers()
+    add_parser(sub)
+    sys.exit(main(ap.parse_args(["convert"] + sys.argv[1:])))
