@@ -5,6 +5,8 @@
     pinfer perplexity -m model.gguf [-f text.txt] [--ctx 512] [--stride S] ...
     pinfer convert HF_DIR -o model.gguf [--type f16|q8_0|...]
     pinfer solve -m model.gguf --freq freq.npz --budget 8 [--gpu rtx4090] ...
+    pinfer profile HF_DIR --corpus PATH|austen --tokens N -o stats.npz [--plots DIR] [--dump DIR]
+    pinfer train-predictors HF_DIR --data DIR --gguf base.gguf -o out.gguf [--recall 0.95]
 
 User errors (missing files, bad values) print one line ``pinfer <cmd>: error: ...``
 and exit with status 1; bad command lines exit with status 2 (argparse).
@@ -212,6 +214,18 @@ def _add_solve(sub) -> None:
     solve.add_parser(sub)
 
 
+def _add_profile(sub) -> None:
+    from . import profile  # torch/transformers are imported when a profile runs
+
+    profile.add_parser(sub)
+
+
+def _add_train(sub) -> None:
+    from . import predictors  # torch is imported when training runs
+
+    predictors.add_parser(sub)
+
+
 # ---------------------------------------------------------------- main
 
 def build_parser() -> argparse.ArgumentParser:
@@ -226,6 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     perplexity.add_parser(sub)
     _add_convert(sub)
     _add_solve(sub)
+    _add_profile(sub)
+    _add_train(sub)
     return parser
 
 
