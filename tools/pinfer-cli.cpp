@@ -25,6 +25,28 @@
 
 namespace {
 
+// The embedded default model: $PINFER_DEFAULT_MODEL, else the copy installed
+// beside this executable (<prefix>/share/pinfer/, where pip puts it), else the
+// source tree's (a development build). Empty if none exists.
+std::string default_model_path() {
+    const char *env = getenv("PINFER_DEFAULT_MODEL");
+    if (env && *env) return env;
+    std::vector<std::string> candidates;
+    char exe[4096];
+    const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        std::string dir(exe, (size_t)n);
+        dir = dir.substr(0, dir.find_last_of('/'));
+        candidates.push_back(dir + "/../share/pinfer/" PINFER_DEFAULT_MODEL_NAME);
+    }
+#ifdef PINFER_SOURCE_DIR
+    candidates.push_back(PINFER_SOURCE_DIR "/models/" PINFER_DEFAULT_MODEL_NAME);
+#endif
+    for (const std::string &c : candidates)
+        if (access(c.c_str(), R_OK) == 0) return c;
+    return "";
+}
+
 struct cli_params {
     std::string model;
     std::string prompt;
@@ -59,7 +81,7 @@ void print_usage(FILE *out, const char *argv0) {
             "\n"
             "options:\n"
             "  -h,   --help                show this help and exit\n"
-            "  -m,   --model FNAME         model file (default: $PINFER_DEFAULT_MODEL)\n"
+            "  -m,   --model FNAME         model file (default: $PINFER_DEFAULT_MODEL, else the embedded model)\n"
             "  -p,   --prompt TEXT         prompt to start generation with\n"
             "  -f,   --file FNAME          read the prompt from a file\n"
             "  -e,   --escape              process escapes (\\n, \\t, \\\\, \\\", \\xNN ...) in the prompt\n"
@@ -500,10 +522,10 @@ int run(int argc, char **argv) {
         return 2;
     }
     if (p.model.empty()) {
-        const char *env = getenv("PINFER_DEFAULT_MODEL");
-        if (env && *env) p.model = env;
-        else {
-            fprintf(stderr, "error: a model is required: pass -m/--model FILE (or set PINFER_DEFAULT_MODEL)\n\n");
+        p.model = default_model_path();
+        if (p.model.empty()) {
+            fprintf(stderr, "error: no model given and the embedded default model is not installed: "
+                            "pass -m/--model FILE (or set PINFER_DEFAULT_MODEL)\n\n");
             print_usage(stderr, argv[0]);
             return 2;
         }

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 import time
 import uuid
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
@@ -30,12 +31,23 @@ DEFAULT_SEED = 0xFFFFFFFF
 Prompt = Union[str, bytes, Sequence[int]]
 
 
-def _default_model_path() -> str:
-    """The model used when none is given: ``$PINFER_DEFAULT_MODEL`` for now."""
+DEFAULT_MODEL_NAME = "pinfer-default.gguf"
+
+
+def default_model_path() -> str:
+    """The embedded default model: ``$PINFER_DEFAULT_MODEL``, else the copy pip
+    installed under ``<sys.prefix>/share/pinfer/``, else the source tree's
+    ``models/`` (a development checkout). Raises ValueError if none exists."""
     env = os.environ.get("PINFER_DEFAULT_MODEL")
     if env:
         return env
-    raise ValueError("no model given: pass model_path=... (or set PINFER_DEFAULT_MODEL)")
+    here = os.path.dirname(os.path.abspath(__file__))
+    for cand in (os.path.join(sys.prefix, "share", "pinfer", DEFAULT_MODEL_NAME),
+                 os.path.join(here, "..", "..", "models", DEFAULT_MODEL_NAME)):
+        if os.path.exists(cand):
+            return os.path.normpath(cand)
+    raise ValueError("no model given and the embedded default model is not installed: "
+                     "pass model_path=... (or set PINFER_DEFAULT_MODEL)")
 
 
 def _utf8_complete(buf: bytes, start: int, end: int) -> int:
@@ -95,7 +107,7 @@ class Llama:
         # Arguments of llama-cpp-python that have no meaning here are accepted and ignored
         # (n_gpu_layers etc.), so existing code runs unchanged.
         if model_path is None:
-            model_path = _default_model_path()
+            model_path = default_model_path()
         model_path = os.fspath(model_path)
         if not isinstance(n_ctx, int) or n_ctx < 0:
             raise ValueError(f"n_ctx must be a non-negative int, got {n_ctx!r}")
