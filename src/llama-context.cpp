@@ -113,6 +113,10 @@ void context::decode_batch(const int32_t *tokens, int n, int n_outputs, float *o
     ggml_tensor *logits = model_.arch->build_graph(ctx, gf, model_, kv, in);
     ggml_set_output(logits);
     ggml_build_forward_expand(gf, logits);
+    if (fb)  // probes off the logits' path (the observer's act, verify's true set) must run too
+        for (const ffn_probe &pr : fb->probes)
+            for (ggml_tensor *t : {pr.idx, pr.idx_true, pr.act, pr.up})
+                if (t) ggml_build_forward_expand(gf, t);
     if (!ggml_gallocr_alloc_graph(galloc_, gf)) {
         ggml_free(ctx);
         throw std::runtime_error("out of memory planning the compute buffer");

@@ -372,11 +372,10 @@ int64_t pinfer_ffn_observed_tokens(const pinfer_context *ctx, int32_t il) {
 }
 
 int32_t pinfer_ffn_neuron_counts(const pinfer_context *ctx, int32_t il, int64_t *counts, int32_t n_max) {
-    return guarded<>(-1, [&] {
+    return guarded<>(INT32_MIN, [&] {
         const pinfer::act_observer &o = observer_of(ctx, il, "pinfer_ffn_neuron_counts");
         const auto &c = o.counts[(size_t)il];
-        if (!counts || n_max < (int32_t)c.size())
-            throw std::invalid_argument("pinfer_ffn_neuron_counts: room for " + std::to_string(c.size()) + " values needed");
+        if (!counts || n_max < (int32_t)c.size()) return -(int32_t)c.size();
         std::copy(c.begin(), c.end(), counts);
         return (int32_t)c.size();
     });

@@ -179,7 +179,8 @@ int32_t pinfer_ffn_act_quantile(const struct pinfer_context *ctx, int32_t il, do
 int64_t pinfer_ffn_observed_tokens(const struct pinfer_context *ctx, int32_t il);
 // Per-neuron activity counts of layer il: tokens where |act| > t_l (t_l from
 // pinfer.sparse.act_thresholds, else 0; relu-both also needs up > 0). Writes
-// n_ff values; returns n_ff, or < 0 on error (n_max too small, no observer).
+// n_ff values; returns n_ff, -n_ff without writing when n_max is too small or
+// counts is NULL, and INT32_MIN with an error (no observer, bad layer).
 int32_t pinfer_ffn_neuron_counts(const struct pinfer_context *ctx, int32_t il, int64_t *counts, int32_t n_max);
 
 struct pinfer_timings {
