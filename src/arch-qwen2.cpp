@@ -80,7 +80,7 @@ static ggml_tensor *qwen2_graph(ggml_context *ctx, ggml_cgraph *gf, const model 
         }
         x = ggml_add(ctx, x, ggml_mul_mat(ctx, l.wo, cur));
         cur = build_norm(ctx, x, l.ffn_norm, nullptr, hp.norm_eps, true);
-        x = ggml_add(ctx, x, build_ffn(ctx, cur, l.ffn_gate, l.ffn_up, l.ffn_down, hp.act));
+        x = ggml_add(ctx, x, build_ffn(ctx, in, m, (int)il, cur));
     }
     x = build_norm(ctx, x, m.output_norm, nullptr, hp.norm_eps, true);
     return ggml_mul_mat(ctx, m.output, x);

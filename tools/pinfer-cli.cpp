@@ -64,6 +64,9 @@ struct cli_params {
     bool conversation = false;
     bool verbose = false;
     std::string cache_type;  // "" (the library's default), "f16" or "f32"
+    std::string sparse = "off";  // FFN mode: off, exact, predictor, threshold, auto
+    bool sparse_stats = false;
+    bool sparse_verify = false;
     pinfer_sampler_params sampling = pinfer_sampler_default_params();
 };
 
@@ -103,6 +106,9 @@ void print_usage(FILE *out, const char *argv0) {
             "                              template; '/exit' or end of input ends (-p is the first turn)\n"
             "  -sys, --system-prompt TEXT  system message for --conversation\n"
             "  -ctk, --cache-type-k TYPE   KV cache type, f16 or f32 (default: f16); -ctv the same\n"
+            "        --sparse MODE         FFN mode: off (default), exact, predictor, threshold, auto\n"
+            "        --sparse-stats        print per-layer active fraction and predictor cost at the end\n"
+            "        --sparse-verify       also run the dense model: predictor recall, logit difference\n"
             "        --verbose             print model and run details to stderr\n",
             argv0, d.temperature, d.top_k, d.top_p, d.min_p, d.repeat_penalty, d.repeat_last_n,
             d.presence_penalty, d.frequency_penalty);
@@ -242,6 +248,14 @@ cli_params parse_args(int argc, char **argv) {
             if (!p.cache_type.empty() && p.cache_type != t)
                 throw usage_error{"the K and V caches must have the same type (got " + p.cache_type + " and " + t + ")"};
             p.cache_type = t;
+        } else if (a == "--sparse") {
+            p.sparse = value();
+            if (pinfer_sparse_mode_from_name(p.sparse.c_str()) < 0)
+                throw usage_error{"invalid sparse mode '" + p.sparse + "' (off, exact, predictor, threshold, auto)"};
+        } else if (a == "--sparse-stats") {
+            p.sparse_stats = true;
+        } else if (a == "--sparse-verify") {
+            p.sparse_verify = true;
         } else if (a == "--verbose") {
             p.verbose = true;
         } else if (a == "-" || a.empty() || a[0] != '-') {
@@ -426,6 +440,34 @@ void print_timings(const session &s, double t_load_ms) {
             t.n_prompt + t.n_eval);
 }
 
+// --sparse-stats / --sparse-verify: one line per layer, then the totals.
+void print_sparse_stats(const session &s) {
+    const int32_t L = pinfer_model_n_layer(s.model);
+    std::vector<pinfer_sparse_layer_stats> ls((size_t)L);
+    pinfer_sparse_stats st;
+    if (pinfer_get_sparse_stats(s.ctx, &st, ls.data(), L) != 0) {
+        fprintf(stderr, "pinfer: sparse stats unavailable: %s\n", pinfer_last_error());
+        return;
+    }
+    fprintf(stderr, "pinfer: sparse mode %s\n", pinfer_sparse_mode_name(st.mode));
+    auto pct = [](double a, double b) { return b > 0 ? 100.0 * a / b : 0.0; };
+    for (int32_t il = 0; il < L; il++) {
+        const pinfer_sparse_layer_stats &l = ls[(size_t)il];
+        char recall[32] = "-";
+        if (l.recall >= 0) snprintf(recall, sizeof(recall), "%.4f", l.recall);
+        fprintf(stderr,
+                "pinfer: sparse layer %3d: active %6.2f%% computed %6.2f%% recall %s ffn flops %6.2f%% of dense, "
+                "predictor %5.2f%%\n",
+                il, 100.0 * l.active_frac, 100.0 * l.computed_frac, recall, pct(l.flops_ffn, l.flops_dense),
+                pct(l.flops_predictor, l.flops_predictor + l.flops_ffn));
+    }
+    fprintf(stderr, "pinfer: sparse total: ffn flops %.2f%% of dense, predictor share %.2f%% of the sparse ffn\n",
+            pct(st.flops_ffn + st.flops_predictor, st.flops_dense), pct(st.flops_predictor, st.flops_predictor + st.flops_ffn));
+    if (st.n_verified > 0)
+        fprintf(stderr, "pinfer: sparse verify: max |logit - dense| = %.6g (max |dense logit| %.6g), argmax agrees %lld/%lld\n",
+                st.max_logit_diff, st.max_logit_abs, (long long)st.n_argmax_agree, (long long)st.n_verified);
+}
+
 // Formats the chat with the model's template.
 std::string apply_template(const session &s, const std::vector<std::pair<std::string, std::string>> &history,
                            bool add_generation_prompt) {
@@ -552,6 +594,8 @@ int run(int argc, char **argv) {
         cp.n_batch = (uint32_t)p.n_batch;
         cp.n_threads = p.n_threads;
         if (!p.cache_type.empty()) cp.type_kv = p.cache_type == "f32" ? 0 : 1;
+        cp.sparse_mode = pinfer_sparse_mode_from_name(p.sparse.c_str());
+        cp.sparse_flags = (p.sparse_stats ? PINFER_SPARSE_FLAG_STATS : 0u) | (p.sparse_verify ? PINFER_SPARSE_FLAG_VERIFY : 0u);
         s.ctx = pinfer_context_new(s.model, cp);
         if (!s.ctx) throw run_error{api_error("cannot create a context")};
         if (p.sampling.repeat_last_n < 0) p.sampling.repeat_last_n = (int32_t)pinfer_n_ctx(s.ctx);  // -1: whole context
@@ -571,11 +615,13 @@ int run(int argc, char **argv) {
                     pinfer_n_ctx(s.ctx), p.n_batch, p.n_predict, p.sampling.temperature, p.sampling.top_k,
                     p.sampling.top_p, p.sampling.min_p, p.sampling.repeat_penalty, p.sampling.repeat_last_n,
                     p.sampling.presence_penalty, p.sampling.frequency_penalty, p.sampling.seed);
+            fprintf(stderr, "pinfer: sparse FFN mode %s\n", pinfer_sparse_mode_name(pinfer_context_sparse_mode(s.ctx)));
         }
 
         if (p.conversation) {
             int rc = run_conversation(s, p, prompt);
             print_timings(s, t_load_ms);
+            if (p.sparse_stats || p.sparse_verify) print_sparse_stats(s);
             return rc;
         }
 
@@ -600,6 +646,7 @@ int run(int argc, char **argv) {
         fflush(stdout);
         if (why == stop_reason::ctx_full && p.verbose) fprintf(stderr, "pinfer: the context is full\n");
         print_timings(s, t_load_ms);
+        if (p.sparse_stats || p.sparse_verify) print_sparse_stats(s);
         return 0;
     } catch (const run_error &e) {
         fflush(stdout);

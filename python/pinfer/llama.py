@@ -88,6 +88,12 @@ class Llama:
             sequence of calls gives the same outputs.
         logits_all: keep the logits of every evaluated token (see :attr:`scores`).
         verbose: print load details and per-call timings to stderr.
+        sparse: FFN mode: "off" (dense), "exact" (ReLU-family FFNs, same function),
+            "predictor" (fc1/fc2 in the file), "threshold" (act_thresholds in the
+            file) or "auto" (the best the file supports; see :attr:`sparse_mode`).
+        sparse_stats: collect per-layer active fractions and FLOPs (:meth:`sparse_stats`).
+        sparse_verify: also run a dense twin and measure predictor recall and the
+            logit difference to dense (twice the work).
     """
 
     def __init__(
@@ -100,6 +106,9 @@ class Llama:
         seed: int = DEFAULT_SEED,
         logits_all: bool = False,
         verbose: bool = False,
+        sparse: str = "off",
+        sparse_stats: bool = False,
+        sparse_verify: bool = False,
         **kwargs: Any,
     ) -> None:
         self._model: Optional[_core.Model] = None
@@ -120,7 +129,10 @@ class Llama:
         self._logits_all = bool(logits_all)
         t0 = time.perf_counter()
         self._model = _core.Model(model_path)
-        self._ctx = _core.Context(self._model, n_ctx, n_batch, n_threads or 0)
+        if not isinstance(sparse, str):
+            raise TypeError(f"sparse must be a str, got {type(sparse).__name__}")
+        self._ctx = _core.Context(self._model, n_ctx, n_batch, n_threads or 0, "f16", sparse,
+                                  bool(sparse_stats), bool(sparse_verify))
         if verbose:
             import sys
 
@@ -167,6 +179,18 @@ class Llama:
         if self._ctx is None:
             raise ValueError("this Llama is closed")
         return self._ctx
+
+    # ---- sparse FFN ----
+
+    @property
+    def sparse_mode(self) -> str:
+        """The FFN mode this context runs ("auto" resolved)."""
+        return self.ctx.sparse_mode
+
+    def sparse_stats(self) -> Dict[str, Any]:
+        """Per-layer active fractions, FLOPs (predictor share), and with
+        ``sparse_verify`` the predictor recall and the logit difference to dense."""
+        return self.ctx.sparse_stats()
 
     # ---- model facts ----
 
