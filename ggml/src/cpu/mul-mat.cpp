@@ -15,6 +15,7 @@
 
 #include "ggml-impl.h"
 #include "ops.h"
+#include "vec-dot-simd.h"
 
 namespace {
 
@@ -25,6 +26,8 @@ constexpr size_t ALIGN = GGML_DEFAULT_ALIGN;
 inline size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
 
 struct plan {
+    ggml_q8x_dot_t q8x_dot;            // non-null: activations in q8x, this multi-column kernel
+    ggml_q8x_quantize_t q8x_quantize;
     ggml_type vdt;
     size_t vrow;     // bytes of one converted b row
     bool direct;     // b is used in place (F32 dot on contiguous F32 rows)
@@ -34,9 +37,15 @@ struct plan {
 
 plan make_plan(const ggml_tensor *a, const ggml_tensor *b) {
     plan p;
-    p.vdt = ggml_get_type_traits(a->type)->vec_dot_type;
+    const ggml_type_traits *ta = ggml_get_type_traits(a->type);
+    p.vdt = ta->vec_dot_type;
     const int64_t K = b->ne[0];
     p.vrow = ggml_row_size(p.vdt, K);
+    // the q8x kernels only when SIMD kernels are active (not under ggml_cpu_force_scalar)
+    const ggml_q8x_kernels *q = ta->vec_dot != ta->vec_dot_ref ? ggml_cpu_q8x() : nullptr;
+    p.q8x_dot = q && K % 32 == 0 ? q->dot[a->type] : nullptr;
+    p.q8x_quantize = p.q8x_dot ? q->quantize : nullptr;
+    if (p.q8x_dot) p.vrow = ggml_q8x_row_size(K);
     p.gather = b->nb[0] != sizeof(float);
     p.direct = p.vdt == GGML_TYPE_F32 && !p.gather;
     p.conv = p.direct ? 0 : align_up(p.vrow * (size_t)(b->ne[1] * b->ne[2] * b->ne[3]));
@@ -66,7 +75,8 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
 
     // ---- 1. convert the activations once ----
     if (!p.direct) {
-        const ggml_from_float_t from_float = p.vdt == GGML_TYPE_F32 ? nullptr : ggml_get_type_traits(p.vdt)->from_float;
+        const ggml_from_float_t from_float = p.q8x_dot ? p.q8x_quantize
+                                             : p.vdt == GGML_TYPE_F32 ? nullptr : ggml_get_type_traits(p.vdt)->from_float;
         if (p.vdt != GGML_TYPE_F32 && !from_float) ggml_abort("mul_mat: no converter to %s", ggml_type_name(p.vdt));
         float *tmp = p.gather ? (float *)(wdata + p.conv + (size_t)ith * align_up(sizeof(float) * (size_t)K)) : nullptr;
         int64_t r0, r1;
@@ -103,6 +113,34 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
     // thread; otherwise (few weight rows, many columns) split the columns.
     const int64_t R = B2 * B3 * M;
     const bool by_rows = N == 1 || R >= 4 * (int64_t)nth;
+    if (p.q8x_dot) {
+        // Columns go in fixed tiles of QCOLS from column 0 (a column split
+        // moves whole tiles), so every element is computed the same way
+        // whatever the thread count. Column blocks of QBLOCK keep the
+        // activations a weight row meets in L2.
+        constexpr int64_t QCOLS = 8, QBLOCK = 64;
+        const int64_t tiles = (N + QCOLS - 1) / QCOLS;
+        int64_t lo, hi;
+        ggml_split_range(by_rows ? R : tiles, ith, nth, &lo, &hi);
+        const int64_t rbeg = by_rows ? lo : 0, rend = by_rows ? hi : R;
+        const int64_t jbeg = by_rows ? 0 : lo * QCOLS, jend = by_rows ? N : std::min(N, hi * QCOLS);
+        const size_t ss = dst->nb[1];
+        for (int64_t r = rbeg; r < rend;) {
+            const int64_t batch = r / M, i0 = r % M;
+            const int64_t i2 = batch % B2, i3 = batch / B2;
+            const int64_t i1 = std::min(M, i0 + (rend - r));
+            for (int64_t jb = jbeg; jb < jend; jb += QBLOCK) {
+                const int64_t je = std::min(jend, jb + QBLOCK);
+                for (int64_t i = i0; i < i1; i++) {
+                    const char *x = arow(i, i2, i3);
+                    for (int64_t j = jb; j < je; j += QCOLS)
+                        p.q8x_dot(K, x, brow(j, i2, i3), p.vrow, out(i, j, i2, i3), ss, (int)std::min(QCOLS, je - j));
+                }
+            }
+            r += i1 - i0;
+        }
+        return;
+    }
     int64_t lo, hi;
     ggml_split_range(by_rows ? R : N, ith, nth, &lo, &hi);
     const int64_t rbeg = by_rows ? lo : 0, rend = by_rows ? hi : R;
