@@ -21,7 +21,7 @@ extern "C" const char *ggml_cpu_init_kernels(struct ggml_type_traits *table) {
                         __builtin_cpu_supports("avx512vnni");
     if (avx512) {
         ggml_cpu_set_kernels_avx512(table, __builtin_cpu_supports("avx512bf16"));
-        g_q8x = ggml_cpu_q8x_avx512();
+        g_q8x = __builtin_cpu_supports("avx512vbmi") ? ggml_cpu_q8x_avx512vbmi() : ggml_cpu_q8x_avx512();
         return "avx512";
     }
     if (avx2) {

@@ -38,7 +38,8 @@ struct ggml_q8x_kernels {
     ggml_q8x_dot_t dot[GGML_TYPE_COUNT];  // NULL: type not covered
 };
 #ifdef GGML_SIMD_X86
-const struct ggml_q8x_kernels *ggml_cpu_q8x_avx512(void);
+const struct ggml_q8x_kernels *ggml_cpu_q8x_avx512(void);      // needs the AVX-512 family
+const struct ggml_q8x_kernels *ggml_cpu_q8x_avx512vbmi(void);  // ... and AVX-512 VBMI
 #endif
 // The q8x kernels dispatch picked for this CPU, or NULL (no AVX-512 VNNI).
 const struct ggml_q8x_kernels *ggml_cpu_q8x(void);

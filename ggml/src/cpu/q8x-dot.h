@@ -1,0 +1,88 @@
+// Internal to the AVX-512 kernel files: the q8x multi-column dot product,
+// shared by the plain AVX-512 and the AVX-512 VBMI translation units, which
+// differ only in how a group of four weight blocks is unpacked (X::load).
+// Include only from a file compiled with AVX-512 F/BW/VL/DQ/VNNI enabled.
+#pragma once
+#include <immintrin.h>
+#include <string.h>
+
+#include "ggml-quants.h"
+#include "vec-dot-simd.h"
+
+// Quantizer of the q8x activation layout (vec-dot-avx512.cpp).
+void ggml_q8x_quantize_avx512(const float *x, void *y, int64_t k);
+
+namespace {
+
+// fifth bits: bit j of qh is element j; two blocks' words form one 64-bit mask
+inline __m512i add_high2(__m512i u, const uint8_t *qha, const uint8_t *qhb) {
+    uint32_t a, b;
+    memcpy(&a, qha, 4);
+    memcpy(&b, qhb, 4);
+    return _mm512_mask_add_epi8(u, (__mmask64)((uint64_t)a | ((uint64_t)b << 32)), u, _mm512_set1_epi8(16));
+}
+// One weight row against NC activation rows. Per group of four blocks the
+// weights are unpacked once; per column: two vpdpbusd, the block scales
+// applied lane-wise (dy is pre-broadcast in q8x), the offset term m . sd as
+// one 4-lane fma. Each column's arithmetic is the same whatever NC is, so the
+// result of an element never depends on how columns were tiled.
+template <class X, int NC>
+void dot_q8x(int64_t k, const void *vx, const void *vy, size_t ys, float *s, size_t ss) {
+    using B = typename X::B;
+    const B *x = (const B *)vx;
+    const int64_t nb = k / 32, ng = (nb + 3) / 4;
+    const __m512i i01 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512i i23 = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    __m512 acc[NC];
+    __m128 accm[NC];
+    for (int c = 0; c < NC; c++) { acc[c] = _mm512_setzero_ps(); accm[c] = _mm_setzero_ps(); }
+    const uint8_t *y0 = (const uint8_t *)vy;
+    auto group = [&](const B *xg, int64_t g) __attribute__((always_inline)) {
+        __m512i ua, ub;
+        __m128 d4, m4;
+        X::load(xg, &ua, &ub, &d4, &m4);
+        const __m512 dx01 = _mm512_permutexvar_ps(i01, _mm512_castps128_ps512(d4));
+        const __m512 dx23 = _mm512_permutexvar_ps(i23, _mm512_castps128_ps512(d4));
+        const uint8_t *yg = y0 + g * GGML_Q8X_GROUP;
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++, yg += ys) {
+            const __m512i z = _mm512_setzero_si512();
+            const __m512i pa = _mm512_dpbusd_epi32(z, ua, _mm512_loadu_si512(yg));
+            const __m512i pb = _mm512_dpbusd_epi32(z, ub, _mm512_loadu_si512(yg + 64));
+            const __m512 fa = _mm512_mul_ps(_mm512_cvtepi32_ps(pa), _mm512_loadu_ps((const float *)(yg + 128)));
+            const __m512 fb = _mm512_mul_ps(_mm512_cvtepi32_ps(pb), _mm512_loadu_ps((const float *)(yg + 192)));
+            acc[c] = _mm512_add_ps(acc[c], _mm512_fmadd_ps(fb, dx23, _mm512_mul_ps(fa, dx01)));
+            accm[c] = _mm_fmadd_ps(m4, _mm_loadu_ps((const float *)(yg + 256)), accm[c]);
+        }
+    };
+    const int64_t nfull = nb / 4;
+    for (int64_t g = 0; g < nfull; g++) group(x + 4 * g, g);
+    if (nfull < ng) {  // last partial group: zero blocks (d = m = 0) pad it
+        B tail[4];
+        memset(tail, 0, sizeof(tail));
+        memcpy(tail, x + 4 * nfull, sizeof(B) * (size_t)(nb - 4 * nfull));
+        group(tail, nfull);
+    }
+    for (int c = 0; c < NC; c++) {
+        __m128 r = accm[c];
+        r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+        r = _mm_add_ss(r, _mm_movehdup_ps(r));
+        *(float *)((char *)s + c * ss) = _mm512_reduce_add_ps(acc[c]) + _mm_cvtss_f32(r);
+    }
+}
+
+template <class X>
+void dot_q8x_n(int64_t k, const void *x, const void *y, size_t ys, float *s, size_t ss, int nc) {
+    switch (nc) {
+        case 1: return dot_q8x<X, 1>(k, x, y, ys, s, ss);
+        case 2: return dot_q8x<X, 2>(k, x, y, ys, s, ss);
+        case 3: return dot_q8x<X, 3>(k, x, y, ys, s, ss);
+        case 4: return dot_q8x<X, 4>(k, x, y, ys, s, ss);
+        case 5: return dot_q8x<X, 5>(k, x, y, ys, s, ss);
+        case 6: return dot_q8x<X, 6>(k, x, y, ys, s, ss);
+        case 7: return dot_q8x<X, 7>(k, x, y, ys, s, ss);
+        default: return dot_q8x<X, 8>(k, x, y, ys, s, ss);
+    }
+}
+
+}  // namespace
