@@ -34,41 +34,37 @@ void dot_q8x(int64_t k, const void *vx, const void *vy, size_t ys, float *s, siz
     const __m512i i01 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     const __m512i i23 = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     __m512 acc[NC];
-    __m128 accm[NC];
-    for (int c = 0; c < NC; c++) { acc[c] = _mm512_setzero_ps(); accm[c] = _mm_setzero_ps(); }
+    for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
     const uint8_t *y0 = (const uint8_t *)vy;
-    auto group = [&](const B *xg, int64_t g) __attribute__((always_inline)) {
-        __m512i ua, ub;
-        __m128 d4, m4;
-        X::load(xg, &ua, &ub, &d4, &m4);
-        const __m512 dx01 = _mm512_permutexvar_ps(i01, _mm512_castps128_ps512(d4));
-        const __m512 dx23 = _mm512_permutexvar_ps(i23, _mm512_castps128_ps512(d4));
-        const uint8_t *yg = y0 + g * GGML_Q8X_GROUP;
-#pragma GCC unroll 8
-        for (int c = 0; c < NC; c++, yg += ys) {
-            const __m512i z = _mm512_setzero_si512();
-            const __m512i pa = _mm512_dpbusd_epi32(z, ua, _mm512_loadu_si512(yg));
-            const __m512i pb = _mm512_dpbusd_epi32(z, ub, _mm512_loadu_si512(yg + 64));
-            const __m512 fa = _mm512_mul_ps(_mm512_cvtepi32_ps(pa), _mm512_loadu_ps((const float *)(yg + 128)));
-            const __m512 fb = _mm512_mul_ps(_mm512_cvtepi32_ps(pb), _mm512_loadu_ps((const float *)(yg + 192)));
-            acc[c] = _mm512_add_ps(acc[c], _mm512_fmadd_ps(fb, dx23, _mm512_mul_ps(fa, dx01)));
-            accm[c] = _mm_fmadd_ps(m4, _mm_loadu_ps((const float *)(yg + 256)), accm[c]);
-        }
-    };
+    // A last partial group reads zero blocks (d = m = 0) from a copy.
     const int64_t nfull = nb / 4;
-    for (int64_t g = 0; g < nfull; g++) group(x + 4 * g, g);
-    if (nfull < ng) {  // last partial group: zero blocks (d = m = 0) pad it
-        B tail[4];
+    B tail[4];
+    if (nfull < ng) {
         memset(tail, 0, sizeof(tail));
         memcpy(tail, x + 4 * nfull, sizeof(B) * (size_t)(nb - 4 * nfull));
-        group(tail, nfull);
     }
-    for (int c = 0; c < NC; c++) {
-        __m128 r = accm[c];
-        r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-        r = _mm_add_ss(r, _mm_movehdup_ps(r));
-        *(float *)((char *)s + c * ss) = _mm512_reduce_add_ps(acc[c]) + _mm_cvtss_f32(r);
+    for (int64_t g = 0; g < ng; g++) {
+        __m512i ua, ub;
+        __m128 d4, m4;
+        X::load(g < nfull ? x + 4 * g : tail, &ua, &ub, &d4, &m4);
+        const __m512 dx01 = _mm512_permutexvar_ps(i01, _mm512_castps128_ps512(d4));
+        const __m512 dx23 = _mm512_permutexvar_ps(i23, _mm512_castps128_ps512(d4));
+        const __m512 mz = _mm512_zextps128_ps512(m4);  // m in lanes 0..3, zeros above
+        const uint8_t *yg = y0 + g * GGML_Q8X_GROUP;
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            const uint8_t *yc = yg + c * ys;
+            const __m512i z = _mm512_setzero_si512();
+            const __m512i pa = _mm512_dpbusd_epi32(z, ua, _mm512_loadu_si512(yc));
+            const __m512i pb = _mm512_dpbusd_epi32(z, ub, _mm512_loadu_si512(yc + 64));
+            const __m512 fa = _mm512_mul_ps(_mm512_cvtepi32_ps(pa), _mm512_loadu_ps((const float *)(yc + 128)));
+            const __m512 fb = _mm512_mul_ps(_mm512_cvtepi32_ps(pb), _mm512_loadu_ps((const float *)(yc + 192)));
+            // the offset term m . sd joins lanes 0..3; acc itself waits on one add per group
+            const __m512 t = _mm512_fmadd_ps(mz, _mm512_maskz_loadu_ps(0xF, yc + 256), _mm512_mul_ps(fa, dx01));
+            acc[c] = _mm512_add_ps(acc[c], _mm512_fmadd_ps(fb, dx23, t));
+        }
     }
+    for (int c = 0; c < NC; c++) *(float *)((char *)s + c * ss) = _mm512_reduce_add_ps(acc[c]);
 }
 
 template <class X>
