@@ -250,6 +250,35 @@ static void test_q8x(const char *family, const table &ref, const ggml_q8x_kernel
         }
         printf("  %-6s q8x %-5s: %d cases, worst |err|/sum|x*y| = %.2e\n", family, R.name, cases, worst);
     }
+
+    // F16 rows x F16 rows through the same multi-column interface
+    const ggml_type_traits &R = ref.t[GGML_TYPE_F16];
+    int cases = 0;
+    for (int64_t n : {1, 5, 15, 16, 17, 64, 100, 512, 577}) {
+        for (int nc = 1; nc <= 8; nc++) {
+            const std::vector<float> xf = randn(n);
+            std::vector<ggml_fp16_t> x(n), y((size_t)(n + 3) * nc);
+            R.from_float_ref(xf.data(), x.data(), n);
+            const size_t ys = sizeof(ggml_fp16_t) * (size_t)(n + 3);
+            std::vector<float> out(nc, -1.0f);
+            for (int c = 0; c < nc; c++) {
+                const std::vector<float> yf = randn(n);
+                R.from_float_ref(yf.data(), y.data() + (size_t)(n + 3) * c, n);
+            }
+            q->dot_f16(n, x.data(), y.data(), ys, out.data(), sizeof(float), nc);
+            for (int c = 0; c < nc; c++) {
+                const ggml_fp16_t *yc = y.data() + (size_t)(n + 3) * c;
+                float s_ref = 0;
+                R.vec_dot_ref(n, &s_ref, x.data(), yc);
+                double mag = 0;
+                for (int64_t i = 0; i < n; i++) mag += fabs((double)ggml_fp16_to_fp32(x[i]) * ggml_fp16_to_fp32(yc[i]));
+                CHECK(fabs((double)s_ref - out[c]) <= 2e-6 * mag + 1e-30, "%s q8x f16 n=%lld nc=%d col %d: ref %.9g simd %.9g", family,
+                      (long long)n, nc, c, s_ref, out[c]);
+                cases++;
+            }
+        }
+    }
+    printf("  %-6s multi f16 : %d cases\n", family, cases);
 }
 
 int main() {

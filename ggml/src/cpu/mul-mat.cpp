@@ -26,8 +26,8 @@ constexpr size_t ALIGN = GGML_DEFAULT_ALIGN;
 inline size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
 
 struct plan {
-    ggml_q8x_dot_t q8x_dot;            // non-null: activations in q8x, this multi-column kernel
-    ggml_q8x_quantize_t q8x_quantize;
+    ggml_q8x_dot_t q8x_dot;            // non-null: a multi-column kernel (q8x or F16 activations)
+    ggml_q8x_quantize_t q8x_quantize;  // non-null: activations converted to q8x
     ggml_type vdt;
     size_t vrow;     // bytes of one converted b row
     bool direct;     // b is used in place (F32 dot on contiguous F32 rows)
@@ -46,6 +46,8 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b) {
     p.q8x_dot = q && K % 32 == 0 ? q->dot[a->type] : nullptr;
     p.q8x_quantize = p.q8x_dot ? q->quantize : nullptr;
     if (p.q8x_dot) p.vrow = ggml_q8x_row_size(K);
+    // F16 weights keep their F16 activation rows; only the kernel is the multi-column one
+    if (q && a->type == GGML_TYPE_F16 && p.vdt == GGML_TYPE_F16) p.q8x_dot = q->dot_f16;
     p.gather = b->nb[0] != sizeof(float);
     p.direct = p.vdt == GGML_TYPE_F32 && !p.gather;
     p.conv = p.direct ? 0 : align_up(p.vrow * (size_t)(b->ne[1] * b->ne[2] * b->ne[3]));
@@ -75,7 +77,7 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
 
     // ---- 1. convert the activations once ----
     if (!p.direct) {
-        const ggml_from_float_t from_float = p.q8x_dot ? p.q8x_quantize
+        const ggml_from_float_t from_float = p.q8x_quantize ? p.q8x_quantize
                                              : p.vdt == GGML_TYPE_F32 ? nullptr : ggml_get_type_traits(p.vdt)->from_float;
         if (p.vdt != GGML_TYPE_F32 && !from_float) ggml_abort("mul_mat: no converter to %s", ggml_type_name(p.vdt));
         float *tmp = p.gather ? (float *)(wdata + p.conv + (size_t)ith * align_up(sizeof(float) * (size_t)K)) : nullptr;

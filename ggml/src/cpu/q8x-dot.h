@@ -81,4 +81,37 @@ void dot_q8x_n(int64_t k, const void *x, const void *y, size_t ys, float *s, siz
     }
 }
 
+// F16 x F16, one weight row against NC activation rows: the weight chunk is
+// converted once per 16 elements and reused by every column. Each column
+// has one accumulator and the same order whatever NC is.
+template <int NC>
+void dot_f16_rows(int64_t k, const void *vx, const void *vy, size_t ys, float *s, size_t ss) {
+    const ggml_fp16_t *x = (const ggml_fp16_t *)vx;
+    __m512 acc[NC];
+    for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < k; i += 16) {
+        const __mmask16 m = k - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (k - i)) - 1);
+        const __m512 xv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + i));
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            const ggml_fp16_t *yc = (const ggml_fp16_t *)((const char *)vy + c * ys) + i;
+            acc[c] = _mm512_fmadd_ps(xv, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, yc)), acc[c]);
+        }
+    }
+    for (int c = 0; c < NC; c++) *(float *)((char *)s + c * ss) = _mm512_reduce_add_ps(acc[c]);
+}
+
+inline void dot_f16_rows_n(int64_t k, const void *x, const void *y, size_t ys, float *s, size_t ss, int nc) {
+    switch (nc) {
+        case 1: return dot_f16_rows<1>(k, x, y, ys, s, ss);
+        case 2: return dot_f16_rows<2>(k, x, y, ys, s, ss);
+        case 3: return dot_f16_rows<3>(k, x, y, ys, s, ss);
+        case 4: return dot_f16_rows<4>(k, x, y, ys, s, ss);
+        case 5: return dot_f16_rows<5>(k, x, y, ys, s, ss);
+        case 6: return dot_f16_rows<6>(k, x, y, ys, s, ss);
+        case 7: return dot_f16_rows<7>(k, x, y, ys, s, ss);
+        default: return dot_f16_rows<8>(k, x, y, ys, s, ss);
+    }
+}
+
 }  // namespace
