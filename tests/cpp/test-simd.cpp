@@ -258,14 +258,19 @@ static void test_q8x(const char *family, const table &ref, const ggml_q8x_kernel
         for (int nc = 1; nc <= 8; nc++) {
             const std::vector<float> xf = randn(n);
             std::vector<ggml_fp16_t> x(n), y((size_t)(n + 3) * nc);
+            std::vector<float> yr((size_t)(n + 3) * nc);
             R.from_float_ref(xf.data(), x.data(), n);
-            const size_t ys = sizeof(ggml_fp16_t) * (size_t)(n + 3);
+            const size_t ys = sizeof(float) * (size_t)(n + 3);
             std::vector<float> out(nc, -1.0f);
             for (int c = 0; c < nc; c++) {
                 const std::vector<float> yf = randn(n);
                 R.from_float_ref(yf.data(), y.data() + (size_t)(n + 3) * c, n);
+                q->f16r_convert(yf.data(), yr.data() + (size_t)(n + 3) * c, n);
+                for (int64_t i = 0; i < n; i++)  // exactly the fp16 values, widened
+                    CHECK(yr[(size_t)(n + 3) * c + i] == ggml_fp16_to_fp32(y[(size_t)(n + 3) * c + i]), "%s f16r n=%lld: element %lld", family,
+                          (long long)n, (long long)i);
             }
-            q->dot_f16(n, x.data(), y.data(), ys, out.data(), sizeof(float), nc);
+            q->dot_f16(n, x.data(), yr.data(), ys, out.data(), sizeof(float), nc);
             for (int c = 0; c < nc; c++) {
                 const ggml_fp16_t *yc = y.data() + (size_t)(n + 3) * c;
                 float s_ref = 0;

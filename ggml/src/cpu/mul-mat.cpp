@@ -27,7 +27,7 @@ inline size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
 
 struct plan {
     ggml_q8x_dot_t q8x_dot;            // non-null: a multi-column kernel (q8x or F16 activations)
-    ggml_q8x_quantize_t q8x_quantize;  // non-null: activations converted to q8x
+    ggml_q8x_quantize_t q8x_quantize;  // non-null: the activation converter for q8x_dot
     ggml_type vdt;
     size_t vrow;     // bytes of one converted b row
     bool direct;     // b is used in place (F32 dot on contiguous F32 rows)
@@ -46,8 +46,14 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b) {
     p.q8x_dot = q && K % 32 == 0 ? q->dot[a->type] : nullptr;
     p.q8x_quantize = p.q8x_dot ? q->quantize : nullptr;
     if (p.q8x_dot) p.vrow = ggml_q8x_row_size(K);
-    // F16 weights keep their F16 activation rows; only the kernel is the multi-column one
-    if (q && a->type == GGML_TYPE_F16 && p.vdt == GGML_TYPE_F16) p.q8x_dot = q->dot_f16;
+    // F16 weights keep their F16 activation rows; only the kernel is the
+    // multi-column one. Mat-vec keeps vec_dot, whose four accumulators hide
+    // the fma latency that a single column's one accumulator would expose.
+    if (q && a->type == GGML_TYPE_F16 && p.vdt == GGML_TYPE_F16 && b->ne[1] > 1) {
+        p.q8x_dot = q->dot_f16;
+        p.q8x_quantize = q->f16r_convert;
+        p.vrow = sizeof(float) * (size_t)K;
+    }
     p.gather = b->nb[0] != sizeof(float);
     p.direct = p.vdt == GGML_TYPE_F32 && !p.gather;
     p.conv = p.direct ? 0 : align_up(p.vrow * (size_t)(b->ne[1] * b->ne[2] * b->ne[3]));

@@ -11,6 +11,8 @@
 
 // Quantizer of the q8x activation layout (vec-dot-avx512.cpp).
 void ggml_q8x_quantize_avx512(const float *x, void *y, int64_t k);
+// Activations for dot_f16: fp16-rounded values stored as f32.
+void ggml_f16r_convert_avx512(const float *x, void *y, int64_t k);
 
 namespace {
 
@@ -34,6 +36,7 @@ void dot_q8x(int64_t k, const void *vx, const void *vy, size_t ys, float *s, siz
     const __m512i i01 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     const __m512i i23 = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     __m512 acc[NC];
+#pragma GCC unroll 8
     for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
     const uint8_t *y0 = (const uint8_t *)vy;
     // A last partial group reads zero blocks (d = m = 0) from a copy.
@@ -64,6 +67,7 @@ void dot_q8x(int64_t k, const void *vx, const void *vy, size_t ys, float *s, siz
             acc[c] = _mm512_add_ps(acc[c], _mm512_fmadd_ps(fb, dx23, t));
         }
     }
+#pragma GCC unroll 8
     for (int c = 0; c < NC; c++) *(float *)((char *)s + c * ss) = _mm512_reduce_add_ps(acc[c]);
 }
 
@@ -81,23 +85,28 @@ void dot_q8x_n(int64_t k, const void *x, const void *y, size_t ys, float *s, siz
     }
 }
 
-// F16 x F16, one weight row against NC activation rows: the weight chunk is
-// converted once per 16 elements and reused by every column. Each column
-// has one accumulator and the same order whatever NC is.
+// F16 weights x activations rounded to fp16 but stored as f32 (the rounding
+// makes them exactly the F16 activations vec_dot_f16 sees; widening them once
+// when converting saves a conversion per weight row): one weight row against
+// NC activation rows, the weight chunk converted once per 16 elements and
+// reused by every column. Each column has one accumulator and the same order
+// whatever NC is.
 template <int NC>
 void dot_f16_rows(int64_t k, const void *vx, const void *vy, size_t ys, float *s, size_t ss) {
     const ggml_fp16_t *x = (const ggml_fp16_t *)vx;
     __m512 acc[NC];
+#pragma GCC unroll 8
     for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
     for (int64_t i = 0; i < k; i += 16) {
         const __mmask16 m = k - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (k - i)) - 1);
         const __m512 xv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + i));
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
-            const ggml_fp16_t *yc = (const ggml_fp16_t *)((const char *)vy + c * ys) + i;
-            acc[c] = _mm512_fmadd_ps(xv, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, yc)), acc[c]);
+            const float *yc = (const float *)((const char *)vy + c * ys) + i;
+            acc[c] = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(m, yc), acc[c]);
         }
     }
+#pragma GCC unroll 8
     for (int c = 0; c < NC; c++) *(float *)((char *)s + c * ss) = _mm512_reduce_add_ps(acc[c]);
 }
 

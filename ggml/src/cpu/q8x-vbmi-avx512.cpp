@@ -102,6 +102,7 @@ ggml_q8x_kernels make_q8x_vbmi() {
     memset(&q, 0, sizeof(q));
     q.quantize = ggml_q8x_quantize_avx512;
     q.dot_f16 = dot_f16_rows_n;
+    q.f16r_convert = ggml_f16r_convert_avx512;
     q.dot[GGML_TYPE_Q4_0] = dot_q8x_n<XV<L_q4_0>>;
     q.dot[GGML_TYPE_Q4_1] = dot_q8x_n<XV<L_q4_1>>;
     q.dot[GGML_TYPE_Q5_0] = dot_q8x_n<XV<L_q5_0>>;

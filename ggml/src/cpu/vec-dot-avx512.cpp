@@ -192,6 +192,15 @@ void ggml_q8x_quantize_avx512(const float *x, void *vy, int64_t k) {
     }
 }
 
+// fp32 -> fp16 (round to nearest even, as the F16 converter) -> fp32.
+void ggml_f16r_convert_avx512(const float *x, void *vy, int64_t k) {
+    float *y = (float *)vy;
+    int64_t i = 0;
+    for (; i + 16 <= k; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+    for (; i < k; i++) y[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
+}
+
 namespace {
 
 // Weight-side unpacking of four consecutive blocks: two registers of
@@ -257,6 +266,7 @@ ggml_q8x_kernels make_q8x() {
     memset(&q, 0, sizeof(q));
     q.quantize = ggml_q8x_quantize_avx512;
     q.dot_f16 = dot_f16_rows_n;
+    q.f16r_convert = ggml_f16r_convert_avx512;
     q.dot[GGML_TYPE_Q4_0] = dot_q8x_n<X_q4_0>;
     q.dot[GGML_TYPE_Q4_1] = dot_q8x_n<X_q4_1>;
     q.dot[GGML_TYPE_Q5_0] = dot_q8x_n<X_q5_0>;

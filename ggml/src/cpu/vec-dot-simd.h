@@ -36,9 +36,11 @@ typedef void (*ggml_q8x_dot_t)(int64_t k, const void *x, const void *y, size_t y
 struct ggml_q8x_kernels {
     ggml_q8x_quantize_t quantize;
     ggml_q8x_dot_t dot[GGML_TYPE_COUNT];  // NULL: type not covered
-    // The same multi-column interface for F16 weights x F16 activations
-    // (plain fp16 rows, e.g. attention over the KV cache).
+    // The same multi-column interface for F16 weights (e.g. attention over
+    // the KV cache) x activations rounded to fp16 (exactly what F16
+    // activations hold) but stored as f32 rows by f16r_convert.
     ggml_q8x_dot_t dot_f16;
+    ggml_q8x_quantize_t f16r_convert;
 };
 #ifdef GGML_SIMD_X86
 const struct ggml_q8x_kernels *ggml_cpu_q8x_avx512(void);      // needs the AVX-512 family
