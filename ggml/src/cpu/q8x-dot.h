@@ -23,6 +23,21 @@ inline __m512i add_high2(__m512i u, const uint8_t *qha, const uint8_t *qhb) {
     memcpy(&b, qhb, 4);
     return _mm512_mask_add_epi8(u, (__mmask64)((uint64_t)a | ((uint64_t)b << 32)), u, _mm512_set1_epi8(16));
 }
+// Loader dispatch for a row's last partial group (SFINAE on partial_loads).
+template <class X>
+constexpr auto has_partial_loads(int) -> decltype(X::partial_loads, bool()) { return X::partial_loads; }
+template <class X>
+constexpr bool has_partial_loads(long) { return false; }
+template <class X>
+inline auto load_partial(const typename X::B *x, const typename X::B *, int nblk, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m, int)
+    -> decltype(X::partial_loads, void()) {
+    X::load(x, ua, ub, d, m, nblk);
+}
+template <class X>
+inline void load_partial(const typename X::B *, const typename X::B *tail, int, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m, long) {
+    X::load(tail, ua, ub, d, m);
+}
+
 // One weight row against NC activation rows. Per group of four blocks the
 // weights are unpacked once; per column: two vpdpbusd, the block scales
 // applied lane-wise (dy is pre-broadcast in q8x), the offset term m . sd as
@@ -39,17 +54,19 @@ void dot_q8x(int64_t k, const void *vx, const void *vy, size_t ys, float *s, siz
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
     const uint8_t *y0 = (const uint8_t *)vy;
-    // A last partial group reads zero blocks (d = m = 0) from a copy.
+    // A last partial group reads zero blocks (d = m = 0): loaders with masked
+    // loads (partial_loads) read them as zeros in place, the others from a copy.
     const int64_t nfull = nb / 4;
     B tail[4];
-    if (nfull < ng) {
+    if (!has_partial_loads<X>(0) && nfull < ng) {
         memset(tail, 0, sizeof(tail));
         memcpy(tail, x + 4 * nfull, sizeof(B) * (size_t)(nb - 4 * nfull));
     }
     for (int64_t g = 0; g < ng; g++) {
         __m512i ua, ub;
         __m128 d4, m4;
-        X::load(g < nfull ? x + 4 * g : tail, &ua, &ub, &d4, &m4);
+        if (g < nfull) X::load(x + 4 * g, &ua, &ub, &d4, &m4);
+        else load_partial<X>(x + 4 * g, tail, (int)(nb - 4 * g), &ua, &ub, &d4, &m4, 0);
         const __m512 dx01 = _mm512_permutexvar_ps(i01, _mm512_castps128_ps512(d4));
         const __m512 dx23 = _mm512_permutexvar_ps(i23, _mm512_castps128_ps512(d4));
         const __m512 mz = _mm512_zextps128_ps512(m4);  // m in lanes 0..3, zeros above

@@ -56,15 +56,22 @@ template <class L>
 struct XV {
     using B = typename L::B;
     static constexpr std::array<uint8_t, 64> ia = quant_index<L>(0), ib = quant_index<L>(1), is = scale_index<L>();
-    static void load(const B *x, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m) {
+    static constexpr bool partial_loads = true;
+    // bytes [lo, lo + 64) of a group of nbytes: all-ones mask bits for the valid ones
+    static __mmask64 bytes_mask(int lo, int nbytes) {
+        const int k = nbytes - lo;
+        return k >= 64 ? ~(__mmask64)0 : k <= 0 ? (__mmask64)0 : (__mmask64)((1ull << k) - 1);
+    }
+    // nblk (1..4) valid blocks; the missing ones read as zeros (d = m = 0),
+    // so a row's last partial group needs no copy and reads nothing past the row.
+    static void load(const B *x, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m, int nblk = 4) {
         const uint8_t *p = (const uint8_t *)x;
-        constexpr int G = 4 * L::BS;  // bytes of the group; masked loads never touch past it
-        const __m512i a0 = _mm512_loadu_si512(p);
-        const __m512i a1 = G >= 128 ? _mm512_loadu_si512(p + 64)
-                                    : _mm512_maskz_loadu_epi8((__mmask64)((1ull << (G - 64)) - 1), p + 64);
+        const int G = nblk * L::BS;  // valid bytes of the group; masked loads never touch past them
+        const __m512i a0 = G >= 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(bytes_mask(0, G), p);
+        const __m512i a1 = G >= 128 ? _mm512_loadu_si512(p + 64) : _mm512_maskz_loadu_epi8(bytes_mask(64, G), p + 64);
         __m512i ta = _mm512_permutex2var_epi8(a0, load_idx(ia), a1), tb;
         if (L::OB) {
-            const __m512i a2 = _mm512_maskz_loadu_epi8((__mmask64)((1ull << (G - 128)) - 1), p + 128);
+            const __m512i a2 = _mm512_maskz_loadu_epi8(bytes_mask(128, G), p + 128);
             tb = _mm512_permutex2var_epi8(a1, load_idx(ib), a2);
         } else {
             tb = _mm512_permutex2var_epi8(a0, load_idx(ib), a1);
@@ -75,8 +82,11 @@ struct XV {
             ta = _mm512_and_si512(_mm512_mask_srli_epi16(ta, 0xFF00FF00u, ta, 4), m4);
             tb = _mm512_and_si512(_mm512_mask_srli_epi16(tb, 0xFF00FF00u, tb, 4), m4);
             if (L::QH >= 0) {
-                ta = add_high2(ta, p + L::QH, p + L::BS + L::QH);
-                tb = add_high2(tb, p + 2 * L::BS + L::QH, p + 3 * L::BS + L::QH);
+                uint32_t qh[4] = {0, 0, 0, 0};
+                for (int b = 0; b < 4; b++)
+                    if (b < nblk) memcpy(&qh[b], p + b * L::BS + L::QH, 4);
+                ta = _mm512_mask_add_epi8(ta, (__mmask64)((uint64_t)qh[0] | ((uint64_t)qh[1] << 32)), ta, _mm512_set1_epi8(16));
+                tb = _mm512_mask_add_epi8(tb, (__mmask64)((uint64_t)qh[2] | ((uint64_t)qh[3] << 32)), tb, _mm512_set1_epi8(16));
             }
         } else {
             const __m512i bias = _mm512_set1_epi8((char)0x80);
