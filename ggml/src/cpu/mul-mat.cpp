@@ -136,9 +136,11 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
     if (p.q8x_dot) {
         // Columns go in fixed tiles of QCOLS from column 0 (a column split
         // moves whole tiles), so every element is computed the same way
-        // whatever the thread count. Column blocks of QBLOCK keep the
-        // activations a weight row meets in L2.
-        constexpr int64_t QCOLS = 8, QBLOCK = 64;
+        // whatever the thread count. A block of QROWS weight rows meets every
+        // column tile in turn: the tile's activations (QCOLS rows, up to
+        // ~30 KB) stay in L1 across the block's rows, and the block's weights
+        // (a few KB) stay in L1/L2 across the tiles.
+        constexpr int64_t QCOLS = 8, QROWS = 16;
         const int64_t tiles = (N + QCOLS - 1) / QCOLS;
         int64_t lo, hi;
         ggml_split_range(by_rows ? R : tiles, ith, nth, &lo, &hi);
@@ -149,12 +151,12 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
             const int64_t batch = r / M, i0 = r % M;
             const int64_t i2 = batch % B2, i3 = batch / B2;
             const int64_t i1 = std::min(M, i0 + (rend - r));
-            for (int64_t jb = jbeg; jb < jend; jb += QBLOCK) {
-                const int64_t je = std::min(jend, jb + QBLOCK);
-                for (int64_t i = i0; i < i1; i++) {
-                    const char *x = arow(i, i2, i3);
-                    for (int64_t j = jb; j < je; j += QCOLS)
-                        p.q8x_dot(K, x, brow(j, i2, i3), p.vrow, out(i, j, i2, i3), ss, (int)std::min(QCOLS, je - j));
+            for (int64_t ib = i0; ib < i1; ib += QROWS) {
+                const int64_t ie = std::min(i1, ib + QROWS);
+                for (int64_t j = jbeg; j < jend; j += QCOLS) {
+                    const int nc = (int)std::min(QCOLS, jend - j);
+                    const char *y = brow(j, i2, i3);
+                    for (int64_t i = ib; i < ie; i++) p.q8x_dot(K, arow(i, i2, i3), y, p.vrow, out(i, j, i2, i3), ss, nc);
                 }
             }
             r += i1 - i0;
