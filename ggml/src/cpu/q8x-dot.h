@@ -28,14 +28,17 @@ template <class X>
 constexpr auto has_partial_loads(int) -> decltype(X::partial_loads, bool()) { return X::partial_loads; }
 template <class X>
 constexpr bool has_partial_loads(long) { return false; }
+// Group g of a row of nb blocks: loaders with partial_loads get the number of
+// valid blocks and the bytes left in the row; the others a zero-padded copy
+// for the last partial group.
 template <class X>
-inline auto load_partial(const typename X::B *x, const typename X::B *, int nblk, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m, int)
+inline auto load_group(const typename X::B *x, const typename X::B *, int64_t left, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m, int)
     -> decltype(X::partial_loads, void()) {
-    X::load(x, ua, ub, d, m, nblk);
+    X::load(x, ua, ub, d, m, left < 4 ? (int)left : 4, left * (int64_t)sizeof(typename X::B));
 }
 template <class X>
-inline void load_partial(const typename X::B *, const typename X::B *tail, int, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m, long) {
-    X::load(tail, ua, ub, d, m);
+inline void load_group(const typename X::B *x, const typename X::B *tail, int64_t left, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m, long) {
+    X::load(left >= 4 ? x : tail, ua, ub, d, m);
 }
 
 // One weight row against NC activation rows. Per group of four blocks the
@@ -65,8 +68,7 @@ void dot_q8x(int64_t k, const void *vx, const void *vy, size_t ys, float *s, siz
     for (int64_t g = 0; g < ng; g++) {
         __m512i ua, ub;
         __m128 d4, m4;
-        if (g < nfull) X::load(x + 4 * g, &ua, &ub, &d4, &m4);
-        else load_partial<X>(x + 4 * g, tail, (int)(nb - 4 * g), &ua, &ub, &d4, &m4, 0);
+        load_group<X>(x + 4 * g, tail, nb - 4 * g, &ua, &ub, &d4, &m4, 0);
         const __m512 dx01 = _mm512_permutexvar_ps(i01, _mm512_castps128_ps512(d4));
         const __m512 dx23 = _mm512_permutexvar_ps(i23, _mm512_castps128_ps512(d4));
         const __m512 mz = _mm512_zextps128_ps512(m4);  // m in lanes 0..3, zeros above

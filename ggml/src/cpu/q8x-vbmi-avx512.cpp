@@ -63,15 +63,20 @@ struct XV {
         return k >= 64 ? ~(__mmask64)0 : k <= 0 ? (__mmask64)0 : (__mmask64)((1ull << k) - 1);
     }
     // nblk (1..4) valid blocks; the missing ones read as zeros (d = m = 0),
-    // so a row's last partial group needs no copy and reads nothing past the row.
-    static void load(const B *x, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m, int nblk = 4) {
+    // so a row's last partial group needs no copy and reads nothing past the
+    // row. avail: bytes of the row from x on. Plain loads wherever the row
+    // still has the bytes (masked loads stream from DRAM markedly slower on
+    // Zen 5); masks only near the end of the row.
+    static void load(const B *x, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m, int nblk = 4, int64_t avail = 0) {
         const uint8_t *p = (const uint8_t *)x;
-        const int G = nblk * L::BS;  // valid bytes of the group; masked loads never touch past them
-        const __m512i a0 = G >= 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(bytes_mask(0, G), p);
-        const __m512i a1 = G >= 128 ? _mm512_loadu_si512(p + 64) : _mm512_maskz_loadu_epi8(bytes_mask(64, G), p + 64);
+        const int G = nblk * L::BS;  // valid bytes of the group
+        auto ld = [&](int lo) {
+            return avail >= lo + 64 ? _mm512_loadu_si512(p + lo) : _mm512_maskz_loadu_epi8(bytes_mask(lo, G), p + lo);
+        };
+        const __m512i a0 = ld(0), a1 = ld(64);
         __m512i ta = _mm512_permutex2var_epi8(a0, load_idx(ia), a1), tb;
         if (L::OB) {
-            const __m512i a2 = _mm512_maskz_loadu_epi8(bytes_mask(128, G), p + 128);
+            const __m512i a2 = ld(128);
             tb = _mm512_permutex2var_epi8(a1, load_idx(ib), a2);
         } else {
             tb = _mm512_permutex2var_epi8(a0, load_idx(ib), a1);
