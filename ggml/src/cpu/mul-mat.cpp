@@ -43,7 +43,7 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b) {
     p.vrow = ggml_row_size(p.vdt, K);
     // the q8x kernels only when SIMD kernels are active (not under ggml_cpu_force_scalar)
     const ggml_q8x_kernels *q = ta->vec_dot != ta->vec_dot_ref ? ggml_cpu_q8x() : nullptr;
-    p.q8x_dot = q && K % 32 == 0 ? q->dot[a->type] : nullptr;
+    p.q8x_dot = q && K % 32 == 0 && (b->ne[1] > 1 || q->matvec[a->type]) ? q->dot[a->type] : nullptr;
     p.q8x_quantize = p.q8x_dot ? q->quantize : nullptr;
     if (p.q8x_dot) p.vrow = ggml_q8x_row_size(K);
     // F16 weights keep their F16 activation rows; only the kernel is the

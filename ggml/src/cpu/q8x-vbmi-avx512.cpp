@@ -116,6 +116,7 @@ ggml_q8x_kernels make_q8x_vbmi() {
     ggml_q8x_kernels q;
     memset(&q, 0, sizeof(q));
     q.quantize = ggml_q8x_quantize_avx512;
+    q.matvec[GGML_TYPE_Q4_1] = q.matvec[GGML_TYPE_Q5_0] = q.matvec[GGML_TYPE_Q5_1] = true;
     q.dot_f16 = dot_f16_rows_n;
     q.f16r_convert = ggml_f16r_convert_avx512;
     q.dot[GGML_TYPE_Q4_0] = dot_q8x_n<XV<L_q4_0>>;

@@ -36,6 +36,10 @@ typedef void (*ggml_q8x_dot_t)(int64_t k, const void *x, const void *y, size_t y
 struct ggml_q8x_kernels {
     ggml_q8x_quantize_t quantize;
     ggml_q8x_dot_t dot[GGML_TYPE_COUNT];  // NULL: type not covered
+    // Also use dot for mat-vec (one activation row)? Where the family has a
+    // 512-bit vec_dot (q4_0, q8_0) that streams weights from DRAM faster,
+    // measured: q8x's wider activation rows cost L1 bandwidth there.
+    bool matvec[GGML_TYPE_COUNT];
     // The same multi-column interface for F16 weights (e.g. attention over
     // the KV cache) x activations rounded to fp16 (exactly what F16
     // activations hold) but stored as f32 rows by f16r_convert.
