@@ -2,15 +2,22 @@
 // measured in the same run.
 //
 //   pinfer-bench matvec [--types f16,q8_0,q4_0,q4_K,q6_K] [--threads 1,2] [--gib 2] [--reps 5]
+//   pinfer-bench model -m FILE [-p 64,512] [-n 64] [-t 2] [-r 3]
 //
 // matvec: y = W x with LLaMA-7B FFN shapes (4096x11008 and 11008x4096),
 // cycling through enough distinct weight matrices (--gib of them per type) to
 // defeat the last-level cache, computed by ggml_graph_compute on a persistent
 // thread pool. Reports the effective GB/s of weight bytes read beside a plain
 // memory-read bandwidth (vector sum over the same buffer, same thread count).
+//
+// model: end to end through the C API (src/pinfer.h). "pp P": one decode of a
+// P-token prompt into an empty KV cache (tok/s = P / time); "tg N": N decodes
+// of one token each into an empty cache (tok/s = N / time). Best of -r
+// repetitions after one warm-up, the same protocol as llama-bench's pp/tg.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -20,6 +27,7 @@
 #include <vector>
 
 #include "ggml.h"
+#include "pinfer.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -232,9 +240,119 @@ int cmd_matvec(int argc, char **argv) {
     return 0;
 }
 
+// ---- model: prompt processing and generation through the C API ----
+
+int cmd_model(int argc, char **argv) {
+    std::string path;
+    std::vector<int> prompts = {64, 512};
+    int n_gen = 64, n_threads = 2, reps = 3;
+    for (int i = 0; i < argc; i++) {
+        const std::string a = argv[i];
+        auto val = [&]() -> std::string {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "pinfer-bench: %s needs a value\n", a.c_str());
+                exit(2);
+            }
+            return argv[++i];
+        };
+        if (a == "-m") path = val();
+        else if (a == "-p") {
+            prompts.clear();
+            for (const auto &s : split(val())) prompts.push_back(atoi(s.c_str()));
+        } else if (a == "-n") n_gen = atoi(val().c_str());
+        else if (a == "-t") n_threads = atoi(val().c_str());
+        else if (a == "-r") reps = atoi(val().c_str());
+        else {
+            fprintf(stderr, "pinfer-bench model: unknown option '%s'\n", a.c_str());
+            return 2;
+        }
+    }
+    if (path.empty()) {
+        fprintf(stderr, "pinfer-bench model: -m FILE is required\n");
+        return 2;
+    }
+    int max_p = 1;
+    for (int p : prompts) {
+        if (p < 2 || p > 65536) {
+            fprintf(stderr, "pinfer-bench model: bad prompt length %d (need 2..65536)\n", p);
+            return 2;
+        }
+        max_p = std::max(max_p, p);
+    }
+    if (n_gen < 0 || n_threads < 1 || reps < 1) {
+        fprintf(stderr, "pinfer-bench model: bad -n, -t or -r\n");
+        return 2;
+    }
+    pinfer_model *model = pinfer_model_load(path.c_str());
+    if (!model) {
+        fprintf(stderr, "pinfer-bench: %s\n", pinfer_last_error());
+        return 1;
+    }
+    pinfer_context_params cp = pinfer_context_default_params();
+    cp.n_ctx = (uint32_t)std::max(max_p, n_gen) + 16;
+    cp.n_batch = (uint32_t)max_p;
+    cp.n_threads = n_threads;
+    pinfer_context *ctx = pinfer_context_new(model, cp);
+    if (!ctx) {
+        fprintf(stderr, "pinfer-bench: %s\n", pinfer_last_error());
+        pinfer_model_free(model);
+        return 1;
+    }
+    // deterministic pseudo-random tokens (the speed does not depend on them)
+    const int32_t n_vocab = pinfer_model_n_vocab(model);
+    std::vector<pinfer_token> toks((size_t)std::max(max_p, n_gen));
+    std::mt19937 rng(42);
+    for (auto &t : toks) t = (pinfer_token)(rng() % (uint32_t)n_vocab);
+
+    double cpu_s = 0;  // process CPU time of the last run (all threads)
+    auto cpu_now = [] {
+        timespec ts;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+        return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    };
+    auto run = [&](int n_prompt, int n_single) -> double {
+        pinfer_kv_truncate(ctx, 0);
+        const double c0 = cpu_now(), t0 = now();
+        if (n_prompt > 0 && pinfer_decode(ctx, toks.data(), n_prompt, false) != 0) return -1;
+        for (int i = 0; i < n_single; i++)
+            if (pinfer_decode(ctx, &toks[(size_t)i], 1, false) != 0) return -1;
+        const double dt = now() - t0;
+        cpu_s = cpu_now() - c0;
+        return dt;
+    };
+    printf("model: %s (%s), %d threads, kernels %s, best of %d after a warm-up\n", path.c_str(), pinfer_model_desc(model),
+           n_threads, ggml_cpu_backend_name(), reps);
+    // cpu%: CPU time of all threads / (wall time x threads) in the best run;
+    // well under 100% means other processes took the cores.
+    printf("%-8s %10s %10s %6s\n", "test", "tok/s", "ms", "cpu%");
+    auto report = [&](const char *kind, int n, int np, int ns) -> bool {
+        double best = 1e30, best_cpu = 0;
+        for (int r = 0; r <= reps; r++) {  // r == 0 is the warm-up
+            const double dt = run(np, ns);
+            if (dt < 0) {
+                fprintf(stderr, "pinfer-bench: decode failed: %s\n", pinfer_last_error());
+                return false;
+            }
+            if (r > 0 && dt < best) { best = dt; best_cpu = cpu_s; }
+        }
+        char name[32];
+        snprintf(name, sizeof(name), "%s%d", kind, n);
+        printf("%-8s %10.2f %10.2f %5.0f%%\n", name, n / best, best * 1e3, 100.0 * best_cpu / (best * n_threads));
+        fflush(stdout);
+        return true;
+    };
+    bool ok = true;
+    for (int p : prompts) ok = ok && report("pp", p, p, 0);
+    if (n_gen > 0) ok = ok && report("tg", n_gen, 0, n_gen);
+    pinfer_context_free(ctx);
+    pinfer_model_free(model);
+    return ok ? 0 : 1;
+}
+
 void usage() {
     fprintf(stderr,
-            "usage: pinfer-bench matvec [--types f16,q8_0,q4_0,q4_K,q6_K] [--threads 1,2] [--gib 2] [--reps 5]\n");
+            "usage: pinfer-bench matvec [--types f16,q8_0,q4_0,q4_K,q6_K] [--threads 1,2] [--gib 2] [--reps 5]\n"
+            "       pinfer-bench model -m FILE [-p 64,512] [-n 64] [-t 2] [-r 3]\n");
 }
 
 }  // namespace
@@ -246,6 +364,7 @@ int main(int argc, char **argv) {
     }
     const std::string cmd = argv[1];
     if (cmd == "matvec") return cmd_matvec(argc - 2, argv + 2);
+    if (cmd == "model") return cmd_model(argc - 2, argv + 2);
     if (cmd == "-h" || cmd == "--help") {
         usage();
         return 0;

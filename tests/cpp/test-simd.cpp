@@ -163,6 +163,129 @@ static void test_quantizers(const char *family, const table &ref, const table &f
     }
 }
 
+// The q8x activation layout and its multi-column dot kernels (used by
+// MUL_MAT): the quantizer must give exactly q8_0's quants and scales, and each
+// of nc columns must match the reference dot with q8_0/q8_1 activations.
+static void test_q8x(const char *family, const table &ref, const ggml_q8x_kernels *q) {
+    // quantizer vs the reference q8_0 quantizer, incl. the zero padding of the last group
+    int qcases = 0;
+    for (int64_t nb : {1, 2, 3, 4, 5, 7, 18, 48}) {
+        const int64_t n = 32 * nb;
+        for (int rep = 0; rep < 3; rep++) {
+            std::vector<float> x = randn(n, rep == 1 ? 1e4f : 1.0f);
+            if (rep == 2) {  // .5 ties after scaling, and an all-zero block
+                for (int64_t i = 0; i < n; i++) x[i] = (float)((int)(i % 200) - 100) + 0.5f;
+                for (int64_t i = 0; i < n; i += 32) x[i] = (i / 32) % 2 ? 127.0f : -127.0f;
+                for (int64_t i = 0; i < 32; i++) x[i] = 0.0f;
+            }
+            std::vector<block_q8_0> r((size_t)nb);
+            ref.t[GGML_TYPE_Q8_0].from_float_ref(x.data(), r.data(), n);
+            std::vector<uint8_t> y(ggml_q8x_row_size(n), 0xAB);
+            q->quantize(x.data(), y.data(), n);
+            for (int64_t b = 0; b < (nb + 3) / 4 * 4; b++) {
+                const uint8_t *g = y.data() + (b / 4) * GGML_Q8X_GROUP;
+                const int8_t *qs = (const int8_t *)g + 32 * (b % 4);
+                const float *dy = (const float *)(g + 128) + 8 * (b % 4), sd = ((const float *)(g + 256))[b % 4];
+                if (b >= nb) {  // padding
+                    bool zero = sd == 0.0f;
+                    for (int j = 0; j < 32; j++) zero = zero && qs[j] == 0;
+                    for (int j = 0; j < 8; j++) zero = zero && dy[j] == 0.0f;
+                    CHECK(zero, "%s q8x n=%lld: padding block %lld is not zero", family, (long long)n, (long long)b);
+                    continue;
+                }
+                const float d = ggml_fp16_to_fp32(r[b].d);
+                int sum = 0;
+                for (int j = 0; j < 32; j++) sum += r[b].qs[j];
+                bool same = memcmp(qs, r[b].qs, 32) == 0 && sd == d * (float)sum;
+                for (int j = 0; j < 8; j++) same = same && dy[j] == d;
+                CHECK(same, "%s q8x n=%lld rep=%d block %lld differs from q8_0", family, (long long)n, rep, (long long)b);
+            }
+            qcases++;
+        }
+    }
+    printf("  %-6s q8x  : quantizer, %d cases identical to q8_0\n", family, qcases);
+
+    for (int ti = 0; ti < GGML_TYPE_COUNT; ti++) {
+        if (!q->dot[ti]) continue;
+        const ggml_type t = (ggml_type)ti;
+        const ggml_type_traits &R = ref.t[t];
+        int cases = 0;
+        double worst = 0;
+        for (int64_t nb : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 18, 48}) {
+            const int64_t n = 32 * nb;
+            for (int nc = 1; nc <= 8; nc++) {
+                const int rep = (int)(nb + nc) % 3;
+                const std::vector<float> xf = randn(n, rep == 2 ? 1e-3f : 1.0f);
+                const std::vector<uint8_t> xq = quantize_ref(ref, t, xf);
+                const size_t ys = ggml_q8x_row_size(n) + 64;  // a stride larger than the row
+                std::vector<uint8_t> yx(ys * nc);
+                std::vector<std::vector<float>> yf(nc);
+                for (int c = 0; c < nc; c++) {
+                    yf[c] = randn(n, rep == 1 ? 30.0f : 1.0f);
+                    q->quantize(yf[c].data(), yx.data() + c * ys, n);
+                }
+                std::vector<float> out(2 * nc + 1, -1.0f);
+                q->dot[t](n, xq.data(), yx.data(), ys, out.data(), 2 * sizeof(float), nc);
+                const std::vector<float> xd = dequant(ref, t, xq, n);
+                for (int c = 0; c < nc; c++) {
+                    const std::vector<uint8_t> yq = quantize_ref(ref, R.vec_dot_type, yf[c]);
+                    float s_ref = 0;
+                    R.vec_dot_ref(n, &s_ref, xq.data(), yq.data());
+                    const std::vector<float> yd = dequant(ref, R.vec_dot_type, yq, n);
+                    double mag = 0;
+                    for (int64_t i = 0; i < n; i++) mag += fabs((double)xd[i] * yd[i]);
+                    const double err = fabs((double)s_ref - out[2 * c]), tol = 2e-6 * mag + 1e-30;
+                    if (mag > 0) worst = fmax(worst, err / mag);
+                    CHECK(err <= tol, "%s q8x %s n=%lld nc=%d col %d: ref %.9g simd %.9g (|err| %.3g > tol %.3g)", family,
+                          R.name, (long long)n, nc, c, s_ref, out[2 * c], err, tol);
+                    cases++;
+                }
+                for (int c = 0; c < nc; c++) CHECK(out[2 * c + 1] == -1.0f, "%s q8x %s: wrote between outputs", family, R.name);
+                // the same column alone gives the same bits (tiling never changes a result)
+                float alone = 0;
+                q->dot[t](n, xq.data(), yx.data() + (nc - 1) * ys, ys, &alone, 0, 1);
+                CHECK(memcmp(&alone, &out[2 * (nc - 1)], sizeof(float)) == 0, "%s q8x %s n=%lld: column %d alone %.9g != in a tile of %d %.9g",
+                      family, R.name, (long long)n, nc - 1, alone, nc, out[2 * (nc - 1)]);
+            }
+        }
+        printf("  %-6s q8x %-5s: %d cases, worst |err|/sum|x*y| = %.2e\n", family, R.name, cases, worst);
+    }
+
+    // F16 rows x F16 rows through the same multi-column interface
+    const ggml_type_traits &R = ref.t[GGML_TYPE_F16];
+    int cases = 0;
+    for (int64_t n : {1, 5, 15, 16, 17, 64, 100, 512, 577}) {
+        for (int nc = 1; nc <= 8; nc++) {
+            const std::vector<float> xf = randn(n);
+            std::vector<ggml_fp16_t> x(n), y((size_t)(n + 3) * nc);
+            std::vector<float> yr((size_t)(n + 3) * nc);
+            R.from_float_ref(xf.data(), x.data(), n);
+            const size_t ys = sizeof(float) * (size_t)(n + 3);
+            std::vector<float> out(nc, -1.0f);
+            for (int c = 0; c < nc; c++) {
+                const std::vector<float> yf = randn(n);
+                R.from_float_ref(yf.data(), y.data() + (size_t)(n + 3) * c, n);
+                q->f16r_convert(yf.data(), yr.data() + (size_t)(n + 3) * c, n);
+                for (int64_t i = 0; i < n; i++)  // exactly the fp16 values, widened
+                    CHECK(yr[(size_t)(n + 3) * c + i] == ggml_fp16_to_fp32(y[(size_t)(n + 3) * c + i]), "%s f16r n=%lld: element %lld", family,
+                          (long long)n, (long long)i);
+            }
+            q->dot_f16(n, x.data(), yr.data(), ys, out.data(), sizeof(float), nc);
+            for (int c = 0; c < nc; c++) {
+                const ggml_fp16_t *yc = y.data() + (size_t)(n + 3) * c;
+                float s_ref = 0;
+                R.vec_dot_ref(n, &s_ref, x.data(), yc);
+                double mag = 0;
+                for (int64_t i = 0; i < n; i++) mag += fabs((double)ggml_fp16_to_fp32(x[i]) * ggml_fp16_to_fp32(yc[i]));
+                CHECK(fabs((double)s_ref - out[c]) <= 2e-6 * mag + 1e-30, "%s q8x f16 n=%lld nc=%d col %d: ref %.9g simd %.9g", family,
+                      (long long)n, nc, c, s_ref, out[c]);
+                cases++;
+            }
+        }
+    }
+    printf("  %-6s multi f16 : %d cases\n", family, cases);
+}
+
 int main() {
     const table ref = ref_table();
     printf("dispatch picked: %s\n", ggml_cpu_backend_name());
@@ -177,6 +300,7 @@ int main() {
     }
     if (strcmp(ggml_cpu_backend_name(), "scalar") != 0) {
         test_dots("best", ref, best);
+        if (ggml_cpu_q8x()) test_q8x("best", ref, ggml_cpu_q8x());
         test_quantizers("best", ref, best);
         families++;
     }
@@ -205,7 +329,14 @@ int main() {
         ggml_cpu_set_kernels_avx512(t5.t, __builtin_cpu_supports("avx512bf16"));
         test_dots("avx512", ref, t5);
         test_quantizers("avx512", ref, t5);
+        test_q8x("avx512", ref, ggml_cpu_q8x_avx512());
         families++;
+        if (__builtin_cpu_supports("avx512vbmi")) {
+            test_q8x("vbmi", ref, ggml_cpu_q8x_avx512vbmi());
+            families++;
+        } else {
+            printf("SKIP avx512vbmi q8x kernels: CPU lacks AVX-512 VBMI\n");
+        }
     } else {
         printf("SKIP avx512 family: CPU lacks AVX-512 F/BW/VL/DQ/VNNI\n");
     }

@@ -1,6 +1,11 @@
 // The CPU executor: a persistent thread pool that runs a graph node by node,
 // every worker taking its share of each node, with a barrier between nodes.
 #include <sched.h>
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include <atomic>
 #include <condition_variable>
@@ -61,28 +66,58 @@ struct ggml_threadpool {
     bool stop = false;
     ggml_cgraph *graph = nullptr;
 
-    // sense-reversing barrier
+    // sense-reversing barrier; waiters past their spin sleep on `phase`
     std::atomic<int> arrived{0};
     std::atomic<int> phase{0};
+    std::atomic<int> sleepers{0};
 
     void *wdata = nullptr;
     size_t wsize = 0;
 };
+
+// Sleep while *word == val (spurious wake-ups are fine: callers re-check).
+static void wait_on(std::atomic<int> *word, int val) {
+#if defined(__linux__)
+    syscall(SYS_futex, (int *)word, FUTEX_WAIT_PRIVATE, val, nullptr, nullptr, 0);
+#else
+    (void)word;
+    (void)val;
+    sched_yield();
+#endif
+}
+
+static void wake_all(std::atomic<int> *word) {
+#if defined(__linux__)
+    syscall(SYS_futex, (int *)word, FUTEX_WAKE_PRIVATE, 0x7fffffff, nullptr, nullptr, 0);
+#else
+    (void)word;
+#endif
+}
+
+// Spin iterations before a waiter sleeps: long enough to cover a typical node
+// (tens of microseconds) on an idle machine, short enough that on a busy one
+// a waiter soon stops burning the time slice its late partner needs. A
+// sleeping waiter also keeps its scheduler credit, so it runs promptly once woken.
+static constexpr int BARRIER_SPINS = 4096;
 
 void ggml_barrier(ggml_threadpool *tp) {
     if (tp->n_threads == 1) return;
     const int ph = tp->phase.load(std::memory_order_acquire);
     if (tp->arrived.fetch_add(1, std::memory_order_acq_rel) == tp->n_threads - 1) {
         tp->arrived.store(0, std::memory_order_relaxed);
-        tp->phase.fetch_add(1, std::memory_order_release);
+        tp->phase.fetch_add(1, std::memory_order_seq_cst);
+        // seq_cst pairs with the sleepers increment below: either we see the
+        // sleeper, or the sleeper's futex sees the new phase and returns
+        if (tp->sleepers.load(std::memory_order_seq_cst) > 0) wake_all(&tp->phase);
         return;
     }
-    // Spin briefly (nodes are short), then yield so oversubscribed pools progress.
-    int spins = 0;
-    while (tp->phase.load(std::memory_order_acquire) == ph) {
-        if (++spins < 2048) cpu_relax();
-        else sched_yield();
+    for (int spins = 0; spins < BARRIER_SPINS; spins++) {
+        if (tp->phase.load(std::memory_order_acquire) != ph) return;
+        cpu_relax();
     }
+    tp->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    while (tp->phase.load(std::memory_order_acquire) == ph) wait_on(&tp->phase, ph);
+    tp->sleepers.fetch_sub(1, std::memory_order_relaxed);
 }
 
 static void run_graph(ggml_threadpool *tp, int ith) {

@@ -4,6 +4,13 @@
 #include "kernels.h"
 #include "vec-dot-simd.h"
 
+static const ggml_q8x_kernels *g_q8x = nullptr;
+
+const ggml_q8x_kernels *ggml_cpu_q8x(void) {
+    ggml_get_type_traits(GGML_TYPE_F32);  // runs the start-up dispatch once
+    return g_q8x;
+}
+
 extern "C" const char *ggml_cpu_init_kernels(struct ggml_type_traits *table) {
 #ifdef GGML_SIMD_X86
     __builtin_cpu_init();
@@ -14,6 +21,7 @@ extern "C" const char *ggml_cpu_init_kernels(struct ggml_type_traits *table) {
                         __builtin_cpu_supports("avx512vnni");
     if (avx512) {
         ggml_cpu_set_kernels_avx512(table, __builtin_cpu_supports("avx512bf16"));
+        g_q8x = __builtin_cpu_supports("avx512vbmi") ? ggml_cpu_q8x_avx512vbmi() : ggml_cpu_q8x_avx512();
         return "avx512";
     }
     if (avx2) {

@@ -15,6 +15,7 @@
 
 #include "ggml-impl.h"
 #include "ops.h"
+#include "vec-dot-simd.h"
 
 namespace {
 
@@ -25,6 +26,8 @@ constexpr size_t ALIGN = GGML_DEFAULT_ALIGN;
 inline size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
 
 struct plan {
+    ggml_q8x_dot_t q8x_dot;            // non-null: a multi-column kernel (q8x or F16 activations)
+    ggml_q8x_quantize_t q8x_quantize;  // non-null: the activation converter for q8x_dot
     ggml_type vdt;
     size_t vrow;     // bytes of one converted b row
     bool direct;     // b is used in place (F32 dot on contiguous F32 rows)
@@ -34,9 +37,23 @@ struct plan {
 
 plan make_plan(const ggml_tensor *a, const ggml_tensor *b) {
     plan p;
-    p.vdt = ggml_get_type_traits(a->type)->vec_dot_type;
+    const ggml_type_traits *ta = ggml_get_type_traits(a->type);
+    p.vdt = ta->vec_dot_type;
     const int64_t K = b->ne[0];
     p.vrow = ggml_row_size(p.vdt, K);
+    // the q8x kernels only when SIMD kernels are active (not under ggml_cpu_force_scalar)
+    const ggml_q8x_kernels *q = ta->vec_dot != ta->vec_dot_ref ? ggml_cpu_q8x() : nullptr;
+    p.q8x_dot = q && K % 32 == 0 && (b->ne[1] > 1 || q->matvec[a->type]) ? q->dot[a->type] : nullptr;
+    p.q8x_quantize = p.q8x_dot ? q->quantize : nullptr;
+    if (p.q8x_dot) p.vrow = ggml_q8x_row_size(K);
+    // F16 weights keep their F16 activation rows; only the kernel is the
+    // multi-column one. Mat-vec keeps vec_dot, whose four accumulators hide
+    // the fma latency that a single column's one accumulator would expose.
+    if (q && a->type == GGML_TYPE_F16 && p.vdt == GGML_TYPE_F16 && b->ne[1] > 1) {
+        p.q8x_dot = q->dot_f16;
+        p.q8x_quantize = q->f16r_convert;
+        p.vrow = sizeof(float) * (size_t)K;
+    }
     p.gather = b->nb[0] != sizeof(float);
     p.direct = p.vdt == GGML_TYPE_F32 && !p.gather;
     p.conv = p.direct ? 0 : align_up(p.vrow * (size_t)(b->ne[1] * b->ne[2] * b->ne[3]));
@@ -45,10 +62,19 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b) {
 
 }  // namespace
 
+// Few activation rows (decoding): every thread converts all of them into its
+// own copy instead of sharing the work, which saves a barrier per MUL_MAT
+// (hundreds per token) for a few microseconds of duplicated conversion.
+constexpr int64_t PRIVATE_ROWS = 4;
+
+static bool private_conv(const ggml_tensor *b, int nth) {
+    return nth > 1 && b->ne[1] * b->ne[2] * b->ne[3] <= PRIVATE_ROWS;
+}
+
 extern "C" size_t ggml_mul_mat_work_size(const ggml_tensor *node, int n_threads) {
     const ggml_tensor *a = node->src[0], *b = node->src[1];
     const plan p = make_plan(a, b);
-    size_t w = p.conv;
+    size_t w = private_conv(b, n_threads) ? p.conv * (size_t)n_threads : p.conv;
     if (p.gather) w += (size_t)n_threads * align_up(sizeof(float) * (size_t)b->ne[0]);
     return w;
 }
@@ -62,15 +88,19 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
     const int64_t r2 = B2 / a->ne[2], r3 = B3 / a->ne[3];
     const plan p = make_plan(a, b);
     const int ith = params->ith, nth = params->nth;
-    char *wdata = (char *)params->wdata;
+    const bool priv = private_conv(b, nth);
+    char *const wbase = (char *)params->wdata;
+    char *const wdata = priv ? wbase + (size_t)ith * p.conv : wbase;  // this thread's converted activations
+    char *const wtmp = wbase + (priv ? (size_t)nth * p.conv : p.conv);  // gather rows after all copies
 
-    // ---- 1. convert the activations once ----
+    // ---- 1. convert the activations once (or once per thread, see PRIVATE_ROWS) ----
     if (!p.direct) {
-        const ggml_from_float_t from_float = p.vdt == GGML_TYPE_F32 ? nullptr : ggml_get_type_traits(p.vdt)->from_float;
+        const ggml_from_float_t from_float = p.q8x_quantize ? p.q8x_quantize
+                                             : p.vdt == GGML_TYPE_F32 ? nullptr : ggml_get_type_traits(p.vdt)->from_float;
         if (p.vdt != GGML_TYPE_F32 && !from_float) ggml_abort("mul_mat: no converter to %s", ggml_type_name(p.vdt));
-        float *tmp = p.gather ? (float *)(wdata + p.conv + (size_t)ith * align_up(sizeof(float) * (size_t)K)) : nullptr;
-        int64_t r0, r1;
-        ggml_split_range(N * B2 * B3, ith, nth, &r0, &r1);
+        float *tmp = p.gather ? (float *)(wtmp + (size_t)ith * align_up(sizeof(float) * (size_t)K)) : nullptr;
+        int64_t r0 = 0, r1 = N * B2 * B3;
+        if (!priv) ggml_split_range(N * B2 * B3, ith, nth, &r0, &r1);
         for (int64_t r = r0; r < r1; r++) {
             const int64_t j = r % N, i2 = (r / N) % B2, i3 = r / (N * B2);
             const char *src = (const char *)b->data + j * b->nb[1] + i2 * b->nb[2] + i3 * b->nb[3];
@@ -83,7 +113,7 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
             if (from_float) from_float(row, out, K);
             else memcpy(out, row, sizeof(float) * (size_t)K);
         }
-        ggml_barrier(params->tp);
+        if (!priv) ggml_barrier(params->tp);
     }
 
     const ggml_vec_dot_t vec_dot = ta->vec_dot;
@@ -103,6 +133,36 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
     // thread; otherwise (few weight rows, many columns) split the columns.
     const int64_t R = B2 * B3 * M;
     const bool by_rows = N == 1 || R >= 4 * (int64_t)nth;
+    if (p.q8x_dot) {
+        // Columns go in fixed tiles of QCOLS from column 0 (a column split
+        // moves whole tiles), so every element is computed the same way
+        // whatever the thread count. A block of QROWS weight rows meets every
+        // column tile in turn: the tile's activations (QCOLS rows, up to
+        // ~30 KB) stay in L1 across the block's rows, and the block's weights
+        // (a few KB) stay in L1/L2 across the tiles.
+        constexpr int64_t QCOLS = 8, QROWS = 16;
+        const int64_t tiles = (N + QCOLS - 1) / QCOLS;
+        int64_t lo, hi;
+        ggml_split_range(by_rows ? R : tiles, ith, nth, &lo, &hi);
+        const int64_t rbeg = by_rows ? lo : 0, rend = by_rows ? hi : R;
+        const int64_t jbeg = by_rows ? 0 : lo * QCOLS, jend = by_rows ? N : std::min(N, hi * QCOLS);
+        const size_t ss = dst->nb[1];
+        for (int64_t r = rbeg; r < rend;) {
+            const int64_t batch = r / M, i0 = r % M;
+            const int64_t i2 = batch % B2, i3 = batch / B2;
+            const int64_t i1 = std::min(M, i0 + (rend - r));
+            for (int64_t ib = i0; ib < i1; ib += QROWS) {
+                const int64_t ie = std::min(i1, ib + QROWS);
+                for (int64_t j = jbeg; j < jend; j += QCOLS) {
+                    const int nc = (int)std::min(QCOLS, jend - j);
+                    const char *y = brow(j, i2, i3);
+                    for (int64_t i = ib; i < ie; i++) p.q8x_dot(K, arow(i, i2, i3), y, p.vrow, out(i, j, i2, i3), ss, nc);
+                }
+            }
+            r += i1 - i0;
+        }
+        return;
+    }
     int64_t lo, hi;
     ggml_split_range(by_rows ? R : N, ith, nth, &lo, &hi);
     const int64_t rbeg = by_rows ? lo : 0, rend = by_rows ? hi : R;

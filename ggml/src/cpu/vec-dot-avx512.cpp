@@ -10,6 +10,7 @@
 
 #include "ggml-quants.h"
 #include "vec-dot-simd.h"
+#include "q8x-dot.h"
 
 namespace {
 
@@ -109,6 +110,140 @@ void vec_dot_q8_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
     *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + _mm512_reduce_add_ps(_mm512_insertf32x8(_mm512_setzero_ps(), acc2, 0));
 }
 
+// ---------------------------------------------------------------- K-quants
+
+// q4_K: per 256-element superblock, 8 sub-blocks of 32 with 6-bit scales and
+// mins. A 64-byte load of the packed quants holds elements [64r, 64r+64) as
+// low nibbles (first 32) and high nibbles (next 32) of two 32-byte halves; a
+// 128-bit lane shuffle puts them in element order, so y is read with plain
+// 64-byte loads. maddubs (u4 x s8 pairs fit in s16), then madd by the
+// scales, accumulate s32; mins through the activation block sums.
+void vec_dot_q4_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
+    const block_q4_K *x = (const block_q4_K *)vx;
+    const block_q8_K *y = (const block_q8_K *)vy;
+    const int64_t nb = n / QK_K;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    // word w of register r: scale of sub-block 2r + w / 16
+    alignas(64) int16_t iw[4][32];
+    for (int r = 0; r < 4; r++)
+        for (int w = 0; w < 32; w++) iw[r][w] = (int16_t)(2 * r + w / 16);
+    __m512i idx[4];
+    for (int r = 0; r < 4; r++) idx[r] = _mm512_load_si512(iw[r]);
+    __m512 acc = _mm512_setzero_ps();
+    __m256 accm = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        uint32_t a[3];
+        memcpy(a, x[i].scales, 12);
+        const uint32_t s_lo = a[0] & 0x3F3F3F3Fu, s_hi = (a[2] & 0x0F0F0F0Fu) | (((a[0] >> 6) & 0x03030303u) << 4);
+        const uint32_t m_lo = a[1] & 0x3F3F3F3Fu, m_hi = ((a[2] >> 4) & 0x0F0F0F0Fu) | (((a[1] >> 6) & 0x03030303u) << 4);
+        const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_setr_epi32((int)s_lo, (int)s_hi, 0, 0)));
+        const __m128i mn8 = _mm_setr_epi32((int)m_lo, (int)m_hi, 0, 0);
+        // sum over sub-blocks j of mn[j] * (bsums[2j] + bsums[2j+1])
+        const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums),
+                                               _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8)));
+        __m512i sumi = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            const __m512i q = _mm512_loadu_si512(x[i].qs + 64 * h);
+            const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+            const __m512i ua = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
+            const __m512i ub = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
+            const __m512i pa = _mm512_maddubs_epi16(ua, _mm512_loadu_si512(y[i].qs + 128 * h));
+            const __m512i pb = _mm512_maddubs_epi16(ub, _mm512_loadu_si512(y[i].qs + 128 * h + 64));
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(pa, _mm512_permutexvar_epi16(idx[2 * h], sc)));
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(pb, _mm512_permutexvar_epi16(idx[2 * h + 1], sc)));
+        }
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(y[i].d * fp16(x[i].d)), _mm512_cvtepi32_ps(sumi), acc);
+        accm = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * fp16(x[i].dmin)), _mm256_cvtepi32_ps(mins), accm);
+    }
+    *s = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(accm));
+}
+
+// q5_K: q4_K plus a fifth bit per quant (u = 0..31; maddubs pairs still fit in s16).
+void vec_dot_q5_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
+    const block_q5_K *x = (const block_q5_K *)vx;
+    const block_q8_K *y = (const block_q8_K *)vy;
+    const int64_t nb = n / QK_K;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    // word w of register r: scale of sub-block 2r + w / 16
+    alignas(64) int16_t iw[4][32];
+    for (int r = 0; r < 4; r++)
+        for (int w = 0; w < 32; w++) iw[r][w] = (int16_t)(2 * r + w / 16);
+    __m512i idx[4];
+    for (int r = 0; r < 4; r++) idx[r] = _mm512_load_si512(iw[r]);
+    __m512 acc = _mm512_setzero_ps();
+    __m256 accm = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        uint32_t a[3];
+        memcpy(a, x[i].scales, 12);
+        const uint32_t s_lo = a[0] & 0x3F3F3F3Fu, s_hi = (a[2] & 0x0F0F0F0Fu) | (((a[0] >> 6) & 0x03030303u) << 4);
+        const uint32_t m_lo = a[1] & 0x3F3F3F3Fu, m_hi = ((a[2] >> 4) & 0x0F0F0F0Fu) | (((a[1] >> 6) & 0x03030303u) << 4);
+        const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_setr_epi32((int)s_lo, (int)s_hi, 0, 0)));
+        const __m128i mn8 = _mm_setr_epi32((int)m_lo, (int)m_hi, 0, 0);
+        // sum over sub-blocks j of mn[j] * (bsums[2j] + bsums[2j+1])
+        const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums),
+                                               _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8)));
+        // fifth bits: bit (e / 32) of qh[e % 32]; the second copy is shifted by one so that
+        // one shift by 4h (2h + 1 for ub) serves both 32-element halves of a register
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
+        const __m512i q2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 1), 1);
+        const __m512i one = _mm512_set1_epi8(1);
+        __m512i sumi = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            const __m512i q = _mm512_loadu_si512(x[i].qs + 64 * h);
+            const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+            __m512i ua = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
+            __m512i ub = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
+            ua = _mm512_or_si512(ua, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(q2, 4 * h), one), 4));
+            ub = _mm512_or_si512(ub, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(q2, 4 * h + 2), one), 4));
+            const __m512i pa = _mm512_maddubs_epi16(ua, _mm512_loadu_si512(y[i].qs + 128 * h));
+            const __m512i pb = _mm512_maddubs_epi16(ub, _mm512_loadu_si512(y[i].qs + 128 * h + 64));
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(pa, _mm512_permutexvar_epi16(idx[2 * h], sc)));
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(pb, _mm512_permutexvar_epi16(idx[2 * h + 1], sc)));
+        }
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(y[i].d * fp16(x[i].d)), _mm512_cvtepi32_ps(sumi), acc);
+        accm = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * fp16(x[i].dmin)), _mm256_cvtepi32_ps(mins), accm);
+    }
+    *s = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(accm));
+}
+
+// q6_K: 16 sub-blocks of 16 with int8 scales; u = 4 low bits | 2 high bits
+// << 4 (0..63), value u - 32: the 32 is taken off through the block sums in
+// integers, so each superblock is one exact s32 sum as in the reference.
+void vec_dot_q6_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
+    const block_q6_K *x = (const block_q6_K *)vx;
+    const block_q8_K *y = (const block_q8_K *)vy;
+    const int64_t nb = n / QK_K;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
+    // word w of register r: scale of sub-block 4r + w / 8
+    alignas(64) int16_t iw[4][32];
+    for (int r = 0; r < 4; r++)
+        for (int w = 0; w < 32; w++) iw[r][w] = (int16_t)(4 * r + w / 8);
+    __m512i idx[4];
+    for (int r = 0; r < 4; r++) idx[r] = _mm512_load_si512(iw[r]);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
+        const __m512i sc = _mm512_castsi256_si512(sc16);
+        const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), sc16);
+        __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_zextsi256_si512(off), 5));
+        for (int h = 0; h < 2; h++) {
+            const __m512i l = _mm512_loadu_si512(x[i].ql + 64 * h);
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
+            // high-bit pairs of the first 32 elements in bits 0-1, of the next 32 in bits 2-3 (>> 2)
+            const __m512i q2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+            const __m512i ua = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(q2, m3), 4));
+            const __m512i ub = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                               _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(q2, 4), m3), 4));
+            const __m512i pa = _mm512_maddubs_epi16(ua, _mm512_loadu_si512(y[i].qs + 128 * h));
+            const __m512i pb = _mm512_maddubs_epi16(ub, _mm512_loadu_si512(y[i].qs + 128 * h + 64));
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(pa, _mm512_permutexvar_epi16(idx[2 * h], sc)));
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(pb, _mm512_permutexvar_epi16(idx[2 * h + 1], sc)));
+        }
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(y[i].d * fp16(x[i].d)), _mm512_cvtepi32_ps(sumi), acc);
+    }
+    *s = _mm512_reduce_add_ps(acc);
+}
+
 // Plain float types: 64 elements per iteration in four accumulators, a
 // masked load for the tail.
 template <typename Load>
@@ -145,12 +280,150 @@ void vec_dot_bf16(int64_t n, float *s, const void *vx, const void *vy) {
     });
 }
 
+// ---------------------------------------------------------------- q8x
+
+// roundf (half away from zero) of 16 floats, NaN -> 0, clamped to [-127, 127]
+// as the reference quantizer does.
+inline __m512i round_q8(__m512 v) {
+    const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m512 one = _mm512_set1_ps(1.0f);
+    const __mmask16 half = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, t)), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+    const __m512 r = _mm512_mask_add_ps(t, half, t, _mm512_or_ps(_mm512_and_ps(v, _mm512_set1_ps(-0.0f)), one));
+    const __m512 c = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
+    return _mm512_maskz_cvttps_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), c);
+}
+
 }  // namespace
+
+void ggml_q8x_quantize_avx512(const float *x, void *vy, int64_t k) {
+    const int64_t nb = k / 32, ng = (nb + 3) / 4;
+    uint8_t *y = (uint8_t *)vy;
+    for (int64_t g = 0; g < ng; g++) {
+        uint8_t *grp = y + g * GGML_Q8X_GROUP;
+        int8_t *qs = (int8_t *)grp;
+        float *dy = (float *)(grp + 128), *sd = (float *)(grp + 256);
+        for (int b = 0; b < 4; b++) {
+            const int64_t blk = 4 * g + b;
+            if (blk >= nb) {  // zero padding: contributes 0 to every dot
+                memset(qs + 32 * b, 0, 32);
+                _mm256_storeu_ps(dy + 8 * b, _mm256_setzero_ps());
+                sd[b] = 0.0f;
+                continue;
+            }
+            const float *xb = x + 32 * blk;
+            const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+            const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+            const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+            const float df = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
+            const __m512 vid = _mm512_set1_ps(id);
+            const __m512i q0 = round_q8(_mm512_mul_ps(v0, vid)), q1 = round_q8(_mm512_mul_ps(v1, vid));
+            _mm_storeu_si128((__m128i *)(qs + 32 * b), _mm512_cvtepi32_epi8(q0));
+            _mm_storeu_si128((__m128i *)(qs + 32 * b + 16), _mm512_cvtepi32_epi8(q1));
+            _mm256_storeu_ps(dy + 8 * b, _mm256_set1_ps(df));
+            sd[b] = df * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        }
+        memset(grp + 272, 0, GGML_Q8X_GROUP - 272);
+    }
+}
+
+// fp32 -> fp16 (round to nearest even, as the F16 converter) -> fp32.
+void ggml_f16r_convert_avx512(const float *x, void *vy, int64_t k) {
+    float *y = (float *)vy;
+    int64_t i = 0;
+    for (; i + 16 <= k; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+    for (; i < k; i++) y[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
+}
+
+namespace {
+
+// Weight-side unpacking of four consecutive blocks: two registers of
+// unsigned bytes u (element order), the scales d and the offsets m so that
+// weight = d * u + m.
+inline __m128 fp16x4(ggml_fp16_t a, ggml_fp16_t b, ggml_fp16_t c, ggml_fp16_t e) {
+    return _mm_cvtph_ps(_mm_setr_epi16((short)a, (short)b, (short)c, (short)e, 0, 0, 0, 0));
+}
+
+struct X_q4_0 {
+    using B = block_q4_0;
+    static void load(const B *x, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m) {
+        *ua = unpack2_nibbles(x[0].qs, x[1].qs);
+        *ub = unpack2_nibbles(x[2].qs, x[3].qs);
+        *d = fp16x4(x[0].d, x[1].d, x[2].d, x[3].d);
+        *m = _mm_mul_ps(*d, _mm_set1_ps(-8.0f));
+    }
+};
+struct X_q4_1 {
+    using B = block_q4_1;
+    static void load(const B *x, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m) {
+        *ua = unpack2_nibbles(x[0].qs, x[1].qs);
+        *ub = unpack2_nibbles(x[2].qs, x[3].qs);
+        const __m256 f = _mm256_cvtph_ps(_mm_setr_epi16((short)x[0].d, (short)x[1].d, (short)x[2].d, (short)x[3].d,
+                                                        (short)x[0].m, (short)x[1].m, (short)x[2].m, (short)x[3].m));
+        *d = _mm256_castps256_ps128(f);
+        *m = _mm256_extractf128_ps(f, 1);
+    }
+};
+struct X_q5_0 {
+    using B = block_q5_0;
+    static void load(const B *x, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m) {
+        *ua = add_high2(unpack2_nibbles(x[0].qs, x[1].qs), x[0].qh, x[1].qh);
+        *ub = add_high2(unpack2_nibbles(x[2].qs, x[3].qs), x[2].qh, x[3].qh);
+        *d = fp16x4(x[0].d, x[1].d, x[2].d, x[3].d);
+        *m = _mm_mul_ps(*d, _mm_set1_ps(-16.0f));
+    }
+};
+struct X_q5_1 {
+    using B = block_q5_1;
+    static void load(const B *x, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m) {
+        *ua = add_high2(unpack2_nibbles(x[0].qs, x[1].qs), x[0].qh, x[1].qh);
+        *ub = add_high2(unpack2_nibbles(x[2].qs, x[3].qs), x[2].qh, x[3].qh);
+        const __m256 f = _mm256_cvtph_ps(_mm_setr_epi16((short)x[0].d, (short)x[1].d, (short)x[2].d, (short)x[3].d,
+                                                        (short)x[0].m, (short)x[1].m, (short)x[2].m, (short)x[3].m));
+        *d = _mm256_castps256_ps128(f);
+        *m = _mm256_extractf128_ps(f, 1);
+    }
+};
+struct X_q8_0 {  // int8 + 128 is unsigned; the 128 comes back through m = -128 d
+    using B = block_q8_0;
+    static void load(const B *x, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m) {
+        const __m512i bias = _mm512_set1_epi8((char)0x80);
+        *ua = _mm512_xor_si512(load2_256(x[0].qs, x[1].qs), bias);
+        *ub = _mm512_xor_si512(load2_256(x[2].qs, x[3].qs), bias);
+        *d = fp16x4(x[0].d, x[1].d, x[2].d, x[3].d);
+        *m = _mm_mul_ps(*d, _mm_set1_ps(-128.0f));
+    }
+};
+
+ggml_q8x_kernels make_q8x() {
+    ggml_q8x_kernels q;
+    memset(&q, 0, sizeof(q));
+    q.quantize = ggml_q8x_quantize_avx512;
+    q.matvec[GGML_TYPE_Q4_1] = q.matvec[GGML_TYPE_Q5_0] = q.matvec[GGML_TYPE_Q5_1] = true;
+    q.dot_f16 = dot_f16_rows_n;
+    q.f16r_convert = ggml_f16r_convert_avx512;
+    q.dot[GGML_TYPE_Q4_0] = dot_q8x_n<X_q4_0>;
+    q.dot[GGML_TYPE_Q4_1] = dot_q8x_n<X_q4_1>;
+    q.dot[GGML_TYPE_Q5_0] = dot_q8x_n<X_q5_0>;
+    q.dot[GGML_TYPE_Q5_1] = dot_q8x_n<X_q5_1>;
+    q.dot[GGML_TYPE_Q8_0] = dot_q8x_n<X_q8_0>;
+    return q;
+}
+
+}  // namespace
+
+const ggml_q8x_kernels *ggml_cpu_q8x_avx512(void) {
+    static const ggml_q8x_kernels q = make_q8x();
+    return &q;
+}
 
 void ggml_cpu_set_kernels_avx512(struct ggml_type_traits *t, bool has_bf16) {
     ggml_cpu_set_kernels_avx2(t);
     t[GGML_TYPE_Q4_0].vec_dot = vec_dot_q4_0_q8_0;
     t[GGML_TYPE_Q8_0].vec_dot = vec_dot_q8_0_q8_0;
+    t[GGML_TYPE_Q4_K].vec_dot = vec_dot_q4_K_q8_K;
+    t[GGML_TYPE_Q5_K].vec_dot = vec_dot_q5_K_q8_K;
+    t[GGML_TYPE_Q6_K].vec_dot = vec_dot_q6_K_q8_K;
     t[GGML_TYPE_F32].vec_dot = vec_dot_f32;
     t[GGML_TYPE_F16].vec_dot = vec_dot_f16;
     // bf16 -> f32 is a shift, exact; vdpbf16ps would round the products

@@ -14,3 +14,41 @@ void ggml_cpu_set_kernels_avx2(struct ggml_type_traits *table);
 // then replaces the kernels that gain from 512-bit vectors.
 void ggml_cpu_set_kernels_avx512(struct ggml_type_traits *table, bool has_bf16);
 #endif
+
+// ---- "q8x": MUL_MAT's internal activation layout for the 32-element block
+// types (q4_0, q4_1, q5_0, q5_1, q8_0) ----
+// A row of k floats is quantized exactly as quantize_row_q8_0 does (same
+// int8 values, same fp16-rounded scale per 32 elements) but stored in groups
+// of four blocks (128 elements, zero-padded at the end of the row):
+//   int8  qs[128]     the quants, contiguous
+//   float dy[32]      each block's scale repeated 8 times (the lane layout of
+//                     two blocks per 512-bit register, so no broadcast is needed)
+//   float sd[4]       dy * sum(qs) per block (for the weights' offset term)
+//   (48 bytes of padding: groups are 320 bytes, 64-byte aligned)
+// so the dot kernels stream one weight row against several activation rows
+// with plain vector loads. Never stored or exchanged: results equal the
+// reference dot (weight type x q8_0/q8_1) up to float summation order.
+#define GGML_Q8X_GROUP 320
+static inline size_t ggml_q8x_row_size(int64_t k) { return (size_t)((k + 127) / 128) * GGML_Q8X_GROUP; }
+typedef void (*ggml_q8x_quantize_t)(const float *x, void *y, int64_t k);
+// s[c * s_stride bytes] = dot(weight row x, activation row y + c * y_stride) for c < nc (1..8).
+typedef void (*ggml_q8x_dot_t)(int64_t k, const void *x, const void *y, size_t y_stride, float *s, size_t s_stride, int nc);
+struct ggml_q8x_kernels {
+    ggml_q8x_quantize_t quantize;
+    ggml_q8x_dot_t dot[GGML_TYPE_COUNT];  // NULL: type not covered
+    // Also use dot for mat-vec (one activation row)? Where the family has a
+    // 512-bit vec_dot (q4_0, q8_0) that streams weights from DRAM faster,
+    // measured: q8x's wider activation rows cost L1 bandwidth there.
+    bool matvec[GGML_TYPE_COUNT];
+    // The same multi-column interface for F16 weights (e.g. attention over
+    // the KV cache) x activations rounded to fp16 (exactly what F16
+    // activations hold) but stored as f32 rows by f16r_convert.
+    ggml_q8x_dot_t dot_f16;
+    ggml_q8x_quantize_t f16r_convert;
+};
+#ifdef GGML_SIMD_X86
+const struct ggml_q8x_kernels *ggml_cpu_q8x_avx512(void);      // needs the AVX-512 family
+const struct ggml_q8x_kernels *ggml_cpu_q8x_avx512vbmi(void);  // ... and AVX-512 VBMI
+#endif
+// The q8x kernels dispatch picked for this CPU, or NULL (no AVX-512 VNNI).
+const struct ggml_q8x_kernels *ggml_cpu_q8x(void);

@@ -1,0 +1,145 @@
+// Internal to the AVX-512 kernel files: the q8x multi-column dot product,
+// shared by the plain AVX-512 and the AVX-512 VBMI translation units, which
+// differ only in how a group of four weight blocks is unpacked (X::load).
+// Include only from a file compiled with AVX-512 F/BW/VL/DQ/VNNI enabled.
+#pragma once
+#include <immintrin.h>
+#include <string.h>
+
+#include "ggml-quants.h"
+#include "vec-dot-simd.h"
+
+// Quantizer of the q8x activation layout (vec-dot-avx512.cpp).
+void ggml_q8x_quantize_avx512(const float *x, void *y, int64_t k);
+// Activations for dot_f16: fp16-rounded values stored as f32.
+void ggml_f16r_convert_avx512(const float *x, void *y, int64_t k);
+
+namespace {
+
+// fifth bits: bit j of qh is element j; two blocks' words form one 64-bit mask
+inline __m512i add_high2(__m512i u, const uint8_t *qha, const uint8_t *qhb) {
+    uint32_t a, b;
+    memcpy(&a, qha, 4);
+    memcpy(&b, qhb, 4);
+    return _mm512_mask_add_epi8(u, (__mmask64)((uint64_t)a | ((uint64_t)b << 32)), u, _mm512_set1_epi8(16));
+}
+// Loader dispatch for a row's last partial group (SFINAE on partial_loads).
+template <class X>
+constexpr auto has_partial_loads(int) -> decltype(X::partial_loads, bool()) { return X::partial_loads; }
+template <class X>
+constexpr bool has_partial_loads(long) { return false; }
+// Group g of a row of nb blocks: loaders with partial_loads get the number of
+// valid blocks and the bytes left in the row; the others a zero-padded copy
+// for the last partial group.
+template <class X>
+inline auto load_group(const typename X::B *x, const typename X::B *, int64_t left, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m, int)
+    -> decltype(X::partial_loads, void()) {
+    X::load(x, ua, ub, d, m, left < 4 ? (int)left : 4, left * (int64_t)sizeof(typename X::B));
+}
+template <class X>
+inline void load_group(const typename X::B *x, const typename X::B *tail, int64_t left, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m, long) {
+    X::load(left >= 4 ? x : tail, ua, ub, d, m);
+}
+
+// One weight row against NC activation rows. Per group of four blocks the
+// weights are unpacked once; per column: two vpdpbusd, the block scales
+// applied lane-wise (dy is pre-broadcast in q8x), the offset term m . sd as
+// one 4-lane fma. Each column's arithmetic is the same whatever NC is, so the
+// result of an element never depends on how columns were tiled.
+template <class X, int NC>
+void dot_q8x(int64_t k, const void *vx, const void *vy, size_t ys, float *s, size_t ss) {
+    using B = typename X::B;
+    const B *x = (const B *)vx;
+    const int64_t nb = k / 32, ng = (nb + 3) / 4;
+    const __m512i i01 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512i i23 = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    __m512 acc[NC];
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
+    const uint8_t *y0 = (const uint8_t *)vy;
+    // A last partial group reads zero blocks (d = m = 0): loaders with masked
+    // loads (partial_loads) read them as zeros in place, the others from a copy.
+    const int64_t nfull = nb / 4;
+    B tail[4];
+    if (!has_partial_loads<X>(0) && nfull < ng) {
+        memset(tail, 0, sizeof(tail));
+        memcpy(tail, x + 4 * nfull, sizeof(B) * (size_t)(nb - 4 * nfull));
+    }
+    for (int64_t g = 0; g < ng; g++) {
+        __m512i ua, ub;
+        __m128 d4, m4;
+        load_group<X>(x + 4 * g, tail, nb - 4 * g, &ua, &ub, &d4, &m4, 0);
+        const __m512 dx01 = _mm512_permutexvar_ps(i01, _mm512_castps128_ps512(d4));
+        const __m512 dx23 = _mm512_permutexvar_ps(i23, _mm512_castps128_ps512(d4));
+        const __m512 mz = _mm512_zextps128_ps512(m4);  // m in lanes 0..3, zeros above
+        const uint8_t *yg = y0 + g * GGML_Q8X_GROUP;
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            const uint8_t *yc = yg + c * ys;
+            const __m512i z = _mm512_setzero_si512();
+            const __m512i pa = _mm512_dpbusd_epi32(z, ua, _mm512_loadu_si512(yc));
+            const __m512i pb = _mm512_dpbusd_epi32(z, ub, _mm512_loadu_si512(yc + 64));
+            const __m512 fa = _mm512_mul_ps(_mm512_cvtepi32_ps(pa), _mm512_loadu_ps((const float *)(yc + 128)));
+            const __m512 fb = _mm512_mul_ps(_mm512_cvtepi32_ps(pb), _mm512_loadu_ps((const float *)(yc + 192)));
+            // the offset term m . sd joins lanes 0..3; acc itself waits on one add per group
+            const __m512 t = _mm512_fmadd_ps(mz, _mm512_maskz_loadu_ps(0xF, yc + 256), _mm512_mul_ps(fa, dx01));
+            acc[c] = _mm512_add_ps(acc[c], _mm512_fmadd_ps(fb, dx23, t));
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++) *(float *)((char *)s + c * ss) = _mm512_reduce_add_ps(acc[c]);
+}
+
+template <class X>
+void dot_q8x_n(int64_t k, const void *x, const void *y, size_t ys, float *s, size_t ss, int nc) {
+    switch (nc) {
+        case 1: return dot_q8x<X, 1>(k, x, y, ys, s, ss);
+        case 2: return dot_q8x<X, 2>(k, x, y, ys, s, ss);
+        case 3: return dot_q8x<X, 3>(k, x, y, ys, s, ss);
+        case 4: return dot_q8x<X, 4>(k, x, y, ys, s, ss);
+        case 5: return dot_q8x<X, 5>(k, x, y, ys, s, ss);
+        case 6: return dot_q8x<X, 6>(k, x, y, ys, s, ss);
+        case 7: return dot_q8x<X, 7>(k, x, y, ys, s, ss);
+        default: return dot_q8x<X, 8>(k, x, y, ys, s, ss);
+    }
+}
+
+// F16 weights x activations rounded to fp16 but stored as f32 (the rounding
+// makes them exactly the F16 activations vec_dot_f16 sees; widening them once
+// when converting saves a conversion per weight row): one weight row against
+// NC activation rows, the weight chunk converted once per 16 elements and
+// reused by every column. Each column has one accumulator and the same order
+// whatever NC is.
+template <int NC>
+void dot_f16_rows(int64_t k, const void *vx, const void *vy, size_t ys, float *s, size_t ss) {
+    const ggml_fp16_t *x = (const ggml_fp16_t *)vx;
+    __m512 acc[NC];
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < k; i += 16) {
+        const __mmask16 m = k - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (k - i)) - 1);
+        const __m512 xv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + i));
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            const float *yc = (const float *)((const char *)vy + c * ys) + i;
+            acc[c] = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(m, yc), acc[c]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++) *(float *)((char *)s + c * ss) = _mm512_reduce_add_ps(acc[c]);
+}
+
+inline void dot_f16_rows_n(int64_t k, const void *x, const void *y, size_t ys, float *s, size_t ss, int nc) {
+    switch (nc) {
+        case 1: return dot_f16_rows<1>(k, x, y, ys, s, ss);
+        case 2: return dot_f16_rows<2>(k, x, y, ys, s, ss);
+        case 3: return dot_f16_rows<3>(k, x, y, ys, s, ss);
+        case 4: return dot_f16_rows<4>(k, x, y, ys, s, ss);
+        case 5: return dot_f16_rows<5>(k, x, y, ys, s, ss);
+        case 6: return dot_f16_rows<6>(k, x, y, ys, s, ss);
+        case 7: return dot_f16_rows<7>(k, x, y, ys, s, ss);
+        default: return dot_f16_rows<8>(k, x, y, ys, s, ss);
+    }
+}
+
+}  // namespace
