@@ -36,6 +36,7 @@ def cli_path():
     return p
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLI = None
 
 
@@ -130,10 +131,20 @@ def test_flag_errors(model, args, message):
     assert r.stdout == b""
 
 
-def test_model_required():
-    r = run("-p", "hi")
+def test_embedded_default_model():
+    # no -m: the embedded default model (ReGLU, trained on Austen) answers greedily
+    r = run("-p", "It is a truth", "-n", "8", "--temp", "0", "--no-display-prompt")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.decode()
+    assert len(out.split()) >= 3
+    ref = os.path.join(ROOT, "models", "pinfer-default.gguf")
+    assert r.stdout[:-1] == greedy_reference(ref, "It is a truth", 8)[2]
+
+
+def test_default_model_env_must_exist(tmp_path):
+    r = run("-p", "hi", env={"PINFER_DEFAULT_MODEL": str(tmp_path / "missing.gguf")})
     assert r.returncode != 0
-    assert "-m/--model" in r.stderr.decode()
+    assert "missing.gguf" in r.stderr.decode()
 
 
 def test_default_model_from_env(model):

@@ -343,9 +343,6 @@ def test_constructor_errors(tmp_path, model, monkeypatch):
         Llama(model, n_ctx=-1)
     with pytest.raises(ValueError):
         Llama(model, n_batch=0)
-    monkeypatch.delenv("PINFER_DEFAULT_MODEL", raising=False)
-    with pytest.raises(ValueError, match="model_path"):
-        Llama()
     monkeypatch.setenv("PINFER_DEFAULT_MODEL", model)
     with Llama() as llm:
         assert llm.model_path == model
@@ -467,3 +464,12 @@ def test_decode_releases_gil(model):
         t.join()
     for r in results:
         np.testing.assert_array_equal(r, expected)
+
+
+def test_embedded_default_model(monkeypatch):
+    monkeypatch.delenv("PINFER_DEFAULT_MODEL", raising=False)
+    with Llama(n_ctx=128, verbose=False) as llm:
+        assert os.path.basename(llm.model_path) == "pinfer-default.gguf"
+        out = llm("It is a truth", max_tokens=8, temperature=0)
+        assert out["usage"]["completion_tokens"] == 8
+        assert out["choices"][0]["text"].strip()
