@@ -275,9 +275,9 @@ def test_errors(work, relu_profile, trained, tmp_path, capsys):
     (gpt / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}))
     assert cli.main(["profile", str(gpt), "--corpus", corpus, "-o", out]) == 1
     assert "unsupported architecture" in capsys.readouterr().err
-    # a GGUF: refused, saying why
-    assert cli.main(["profile", trained["base"], "--corpus", corpus, "-o", out]) == 1
-    assert "does not expose" in capsys.readouterr().err
+    # a GGUF profiles through the engine, but cannot dump predictor data
+    assert cli.main(["profile", trained["base"], "--corpus", corpus, "-o", out, "--dump", str(tmp_path / "d")]) == 1
+    assert "--dump needs the Hugging Face model" in capsys.readouterr().err and not os.path.exists(out)
     # missing corpus
     assert cli.main(["profile", work["relu_dir"], "--corpus", str(tmp_path / "none.txt"), "-o", out]) == 1
     assert "corpus" in capsys.readouterr().err and not os.path.exists(out)

@@ -67,6 +67,7 @@ struct cli_params {
     std::string sparse = "off";  // FFN mode: off, exact, predictor, threshold, auto
     bool sparse_stats = false;
     bool sparse_verify = false;
+    double vram_budget_gib = -1;  // --vram-budget: < 0 = not given
     pinfer_sampler_params sampling = pinfer_sampler_default_params();
 };
 
@@ -109,6 +110,8 @@ void print_usage(FILE *out, const char *argv0) {
             "        --sparse MODE         FFN mode: off (default), exact, predictor, threshold, auto\n"
             "        --sparse-stats        print per-layer active fraction and predictor cost at the end\n"
             "        --sparse-verify       also run the dense model: predictor recall, logit difference\n"
+            "        --vram-budget GIB     select the model's neuron placement for this VRAM budget\n"
+            "                              (--verbose: GPU neurons per layer)\n"
             "        --verbose             print model and run details to stderr\n",
             argv0, d.temperature, d.top_k, d.top_p, d.min_p, d.repeat_penalty, d.repeat_last_n,
             d.presence_penalty, d.frequency_penalty);
@@ -256,6 +259,14 @@ cli_params parse_args(int argc, char **argv) {
             p.sparse_stats = true;
         } else if (a == "--sparse-verify") {
             p.sparse_verify = true;
+        } else if (a == "--vram-budget") {
+            const std::string v = value();
+            errno = 0;
+            char *end = nullptr;
+            const double g = strtod(v.c_str(), &end);  // double: the solver rounds GiB * 2^30 the same way
+            if (v.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(g) || g < 0 || g > 1e6)
+                throw usage_error{"invalid VRAM budget for " + a + ": '" + v + "' (GiB, >= 0)"};
+            p.vram_budget_gib = g;
         } else if (a == "--verbose") {
             p.verbose = true;
         } else if (a == "-" || a.empty() || a[0] != '-') {
@@ -440,6 +451,46 @@ void print_timings(const session &s, double t_load_ms) {
             t.n_prompt + t.n_eval);
 }
 
+// --vram-budget: which placement entry the runtime selects for the budget.
+// Only the selection exists so far; there is no GPU backend to move neurons to.
+void report_placement(const pinfer_model *model, const cli_params &p) {
+    const int32_t L = pinfer_model_n_layer(model);
+    const uint64_t budget = (uint64_t)std::llround(p.vram_budget_gib * 1073741824.0);
+    std::vector<int32_t> k((size_t)L);
+    const int32_t kind = pinfer_model_placement(model, budget, k.data(), L);
+    if (kind < 0) throw run_error{api_error("cannot select a placement")};
+    pinfer_sparse_info si;
+    pinfer_model_sparse_info(model, &si);
+    if (kind == PINFER_PLACEMENT_GREEDY) {
+        fprintf(stderr, "pinfer: notice: no placement entry at or below %.4g GiB (%d in the file): greedy split by %s\n",
+                p.vram_budget_gib, si.n_placements, si.has_freq ? "ffn_freq per byte" : "bytes (no ffn_freq)");
+    } else {
+        // the runtime picked the entry with this budget, or the largest below it: find its index
+        int32_t best = -1;
+        uint64_t best_b = 0;
+        for (int32_t i = 0; i < si.n_placements; i++) {
+            uint64_t b = 0;
+            if (pinfer_model_placement_entry(model, i, &b, nullptr, nullptr, 0, nullptr, 0) == 0 && b <= budget &&
+                (best < 0 || b > best_b)) {
+                best = i;
+                best_b = b;
+            }
+        }
+        char solver[64] = "?";
+        double obj = 0;
+        if (best >= 0) pinfer_model_placement_entry(model, best, nullptr, &obj, solver, sizeof solver, nullptr, 0);
+        fprintf(stderr, "pinfer: placement for %.4g GiB: entry %d (%s: budget %.4g GiB, solver %s, objective %.4g)\n",
+                p.vram_budget_gib, best, kind == PINFER_PLACEMENT_EXACT ? "exact" : "largest below the budget",
+                best_b / 1073741824.0, solver, obj);
+    }
+    int64_t total = 0;
+    for (int32_t v : k) total += v;
+    fprintf(stderr, "pinfer: placement: %lld FFN neurons on the GPU in all\n", (long long)total);
+    if (p.verbose)
+        for (int32_t il = 0; il < L; il++) fprintf(stderr, "pinfer: placement layer %3d: %d GPU neurons\n", il, k[(size_t)il]);
+    fprintf(stderr, "pinfer: GPU backend not built: placement selected, all layers run on the CPU\n");
+}
+
 // --sparse-stats / --sparse-verify: one line per layer, then the totals.
 void print_sparse_stats(const session &s) {
     const int32_t L = pinfer_model_n_layer(s.model);
@@ -617,6 +668,8 @@ int run(int argc, char **argv) {
                     p.sampling.presence_penalty, p.sampling.frequency_penalty, p.sampling.seed);
             fprintf(stderr, "pinfer: sparse FFN mode %s\n", pinfer_sparse_mode_name(pinfer_context_sparse_mode(s.ctx)));
         }
+
+        if (p.vram_budget_gib >= 0) report_placement(s.model, p);
 
         if (p.conversation) {
             int rc = run_conversation(s, p, prompt);

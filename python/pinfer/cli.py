@@ -7,6 +7,7 @@
     pinfer solve -m model.gguf --freq freq.npz --budget 8 [--gpu rtx4090] ...
     pinfer profile HF_DIR --corpus PATH|austen --tokens N -o stats.npz [--plots DIR] [--dump DIR]
     pinfer train-predictors HF_DIR --data DIR --gguf base.gguf -o out.gguf [--recall 0.95]
+    pinfer place model.gguf --freq stats.npz -o placed.gguf --budget 4 8 [--hw rtx4090] [--plot P.png]
 
 User errors (missing files, bad values) print one line ``pinfer <cmd>: error: ...``
 and exit with status 1; bad command lines exit with status 2 (argparse).
@@ -226,6 +227,12 @@ def _add_train(sub) -> None:
     predictors.add_parser(sub)
 
 
+def _add_place(sub) -> None:
+    from . import place  # highspy is imported when a solve runs
+
+    place.add_parser(sub)
+
+
 def _add_calibrate(sub) -> None:
     from . import calibrate  # numpy + the extension only
 
@@ -248,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_solve(sub)
     _add_profile(sub)
     _add_train(sub)
+    _add_place(sub)
     _add_calibrate(sub)
     return parser
 

@@ -4,9 +4,12 @@
         [--target-sparsity 0.5] [--dump dump/]
 
 MODEL is a Hugging Face model directory (llama/mistral, qwen2, falcon), run with
-torch. A converted GGUF file is refused: pinfer's runtime does not expose the
-per-layer FFN activations yet, so profiling goes through the model it was
-converted from (same weights, same neuron order as an un-permuted GGUF).
+torch, or a GGUF file, run by pinfer's own engine with its FFN observer
+(calibrate.profile_engine: windows of ``--ctx`` tokens, counts only). For a GGUF
+the active set is |act| > t_l with t_l from ``pinfer.sparse.act_thresholds`` (0
+without; ReLU models need none, SwiGLU/GELU files must be calibrated first with
+``pinfer calibrate``); ``--dump`` and ``--plots``' HF-only parts are not
+available (predictor training needs the Hugging Face model).
 
 What counts as "active" (neuron i of layer l, at one token):
 
@@ -100,10 +103,7 @@ def _is_gguf(path: str) -> bool:
 def read_config(model_dir: str) -> dict:
     """config.json of a Hugging Face directory, checked for a supported architecture."""
     if _is_gguf(model_dir):
-        raise ProfileError(
-            f"{model_dir}: is a GGUF file. Profiling needs each layer's FFN activations, which pinfer's "
-            "runtime does not expose yet; profile the Hugging Face directory it was converted from "
-            "(same weights and neuron order)")
+        raise ProfileError(f"{model_dir}: is a GGUF file, not a Hugging Face model directory")
     if not os.path.isdir(model_dir):
         raise ProfileError(f"{model_dir}: no such model directory")
     cfg_path = os.path.join(model_dir, "config.json")
@@ -266,8 +266,16 @@ def profile(model_dir: str, corpus: str, n_tokens: int, out: str, plots: Optiona
             dump_dtype: str = "float32", shard_rows: int = 8192, ffn_act: Optional[str] = None,
             device: Optional[str] = None, dtype: str = "auto", seed: int = 0,
             progress: bool = True) -> ProfileResult:
-    """Count FFN neuron activations of the HF model in model_dir over n_tokens
-    tokens of corpus (a path or 'austen'); writes out (npz), and plots / dump when given."""
+    """Count FFN neuron activations of the HF model in model_dir (or of a GGUF
+    file, with pinfer's engine) over n_tokens tokens of corpus (a path or
+    'austen'); writes out (npz), and plots / dump when given."""
+    if _is_gguf(model_dir):
+        if dump:
+            raise ProfileError(f"{model_dir}: --dump needs the Hugging Face model (the FFN inputs for predictor "
+                               "training come from torch); a GGUF gives activation counts only")
+        if n_tokens < 2 or ctx < 2:
+            raise ProfileError("--tokens and --ctx must be at least 2")
+        return _profile_gguf(model_dir, load_corpus(corpus), n_tokens, out, plots, ctx)
     cfg = read_config(model_dir)
     arch, act, gated = model_act(cfg, ffn_act)
     if n_tokens < 1:
@@ -363,6 +371,44 @@ def profile(model_dir: str, corpus: str, n_tokens: int, out: str, plots: Optiona
                           ffn_input="the MLP module's input: post-norm hidden state (llama/qwen2: "
                                     "post_attention_layernorm = GGUF ffn_norm; falcon: attn_norm)"))
         res.files["dump"] = dump
+    if plots:
+        res.files.update(write_plots(res, plots))
+    return res
+
+
+def _profile_gguf(path: str, text: str, n_tokens: int, out: str, plots: Optional[str], ctx: int) -> ProfileResult:
+    """The GGUF branch of profile(): counts from pinfer's engine (calibrate.profile_engine)."""
+    from . import _core
+    from .calibrate import calibration_tokens, profile_engine
+
+    r = _core.GGUFReader(path)
+    arch = r.get("general.architecture")
+    arch = arch.decode() if isinstance(arch, bytes) else str(arch)
+    act = r.get("pinfer.ffn_act") or ("gelu" if arch == "falcon" else "silu")
+    act = act.decode() if isinstance(act, bytes) else str(act)
+    thr = r.get("pinfer.sparse.act_thresholds")
+    del r
+    if act in ("silu", "gelu") and thr is None:
+        raise ProfileError(f"{path}: a {act} FFN has no natural zero; calibrate per-layer thresholds first "
+                           "('pinfer calibrate MODEL --target-sparsity S'), then profile that file")
+    model = _core.Model(path)
+    try:
+        try:
+            toks = calibration_tokens(model, text, n_tokens)
+        except ValueError as e:
+            raise ProfileError(str(e)) from None
+    finally:
+        model.close()
+    if len(toks) < n_tokens:
+        print(f"pinfer profile: the corpus has only {len(toks)} tokens (asked for {n_tokens})", file=sys.stderr)
+    st = profile_engine(path, tokens=toks, n_ctx=ctx)
+    L = sum(1 for k in st if k.startswith("count_"))
+    thresholds = np.zeros(L, np.float32) if thr is None else np.asarray(thr, np.float32)
+    # profile_engine's freq_l divides by the tokens layer l observed: every layer sees every token here
+    res = ProfileResult(arch, act, arch != "falcon", int(st["n_tokens"]), [st[f"count_{i}"] for i in range(L)],
+                        thresholds, None)
+    save_stats(out, res)
+    res.files["npz"] = out
     if plots:
         res.files.update(write_plots(res, plots))
     return res
@@ -591,7 +637,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                               description="Run a Hugging Face model over a corpus and count, per layer and "
                                           "neuron, how often each FFN neuron is active; optionally plot the "
                                           "power law and dump predictor training data.")
-    p.add_argument("model", help="Hugging Face model directory (a GGUF file is not supported yet)")
+    p.add_argument("model", help="Hugging Face model directory, or a GGUF file (pinfer's engine; no --dump)")
     p.add_argument("--corpus", required=True, help="text file, or 'austen'")
     p.add_argument("--tokens", type=int, default=100000, help="tokens to profile (default 100000)")
     p.add_argument("-o", "--output", required=True, help="output stats .npz")
