@@ -156,9 +156,37 @@ def place(model: str, freq: str, out: str, budgets: Sequence[float], hw="rtx4090
             if os.path.exists(p):
                 os.unlink(p)
     if plot:
-        solve.plot(inst, pls, plot)
+        write_plot(inst, pls, plot)
     return {"perms": perms, "placements": pls, "instance": inst, "freqs": inst.freqs, "out": out,
             "requantized": sorted(blocky) if allow_requantize else [], "plot": plot}
+
+
+def write_plot(inst, pls, path: str) -> None:
+    """PNG: the GPU share k_l / n_l of every layer, one line per budget."""
+    from . import solve
+
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise PlaceError("--plot needs matplotlib: pip install matplotlib") from None
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    layers = np.arange(inst.model.n_layer)
+    n = np.asarray(inst.model.n_ff, dtype=float)
+    for p in pls:
+        ax.plot(layers, 100 * np.asarray(p.gpu_neurons) / n, marker="o",
+                label=f"{p.budget_bytes / solve.GIB:.4g} GiB: {100 * p.mass_fraction:.1f}% of activations on the GPU")
+    ax.set_xlabel("layer")
+    ax.set_ylabel("GPU share of the layer's FFN neurons (%)")
+    ax.set_ylim(-2, 102)
+    ax.set_xticks(layers)
+    ax.set_title(f"hot-first neuron placement: {inst.model.name or 'model'}, {inst.hw.name}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def format_summary(res: dict) -> str:
