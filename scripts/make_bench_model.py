@@ -320,6 +320,24 @@ def main(argv=None) -> int:
         t = (s.std(0) * ndtri(f) - s.mean(0)) / m
         gate += np.outer(t.astype(np.float32), u)
         del s
+        # Quantization noise pushes rare neurons towards 50%: shift every offset by
+        # one delta (bisection) so the calibration density after quantization is the target.
+        ux = x_cal @ u
+        delta = 0.0
+        for _ in range(2):
+            qg, gq = quant(gate)
+            zc = x_cal @ gq.T
+            lo, hi = -5.0, 5.0
+            for _ in range(30):
+                mid = 0.5 * (lo + hi)
+                if ((zc + mid * ux[:, None]) > 0).mean() > density:
+                    hi = mid
+                else:
+                    lo = mid
+            gate += np.outer(np.full(N_FF, 0.5 * (lo + hi), dtype=np.float32), u)
+            t = t + 0.5 * (lo + hi)
+            delta += 0.5 * (lo + hi)
+        del zc, gq
         qg, gate = quant(gate)
         up = randn(N_FF, D, scale=1 / math.sqrt(D))
         qu, up = quant(up)
@@ -356,7 +374,7 @@ def main(argv=None) -> int:
               "never_active": float((cnt == 0).mean()),
               "corr_design_freq": float(np.corrcoef(cnt, f)[0, 1]),
               "predictor_recall": rec, "predicted_density": float(pred.mean()),
-              "u_dot_x": m}
+              "u_dot_x": m, "offset_shift": delta}
         layers_report.append(lr)
         log(f"layer {il}: held-out sparsity {lr['sparsity']:.3f} (per token {lr['sparsity_min_token']:.3f}.."
             f"{lr['sparsity_max_token']:.3f}), top-20% share {lr['top20_share']:.2f}, predictor recall "
