@@ -95,7 +95,7 @@ static ggml_tensor *falcon_graph(ggml_context *ctx, ggml_cgraph *gf, const model
             mlp_in = build_select_outputs(ctx, mlp_in, in.n_outputs);
             x = build_select_outputs(ctx, x, in.n_outputs);
         }
-        ggml_tensor *ffn = build_ffn(ctx, mlp_in, nullptr, l.ffn_up, l.ffn_down, hp.act);
+        ggml_tensor *ffn = build_ffn(ctx, in, m, (int)il, mlp_in);
         x = ggml_add(ctx, x, ggml_add(ctx, ggml_mul_mat(ctx, l.wo, cur), ffn));
     }
     x = build_norm(ctx, x, m.output_norm, m.output_norm_b, hp.norm_eps, false);

@@ -1,15 +1,17 @@
 // The llama architecture (also Mistral, SmolLM2, ReluLLaMA/ProSparse, Bamboo):
-// pre-norm RMSNorm blocks, RoPE, grouped-query attention, gated FFN.
+// pre-norm RMSNorm blocks, RoPE, grouped-query attention, gated FFN. qwen2
+// (arch-qwen2.cpp) is the same block with q/k/v biases and NeoX RoPE.
 #include <stdexcept>
 
 #include "llama-graph.h"
 #include "llama-kv-cache.h"
 #include "llama-model-loader.h"
 #include "llama-model.h"
+#include "arch-llama.h"
 
 namespace pinfer {
 
-static void llama_hparams(const model_loader &ml, hparams &hp) {
+void llama_like_hparams(const model_loader &ml, hparams &hp, float default_eps, int rope_mode) {
     const std::string a = hp.arch + ".";
     hp.n_ctx_train = (uint32_t)ml.get_int(a + "context_length");
     hp.n_embd = (uint32_t)ml.get_int(a + "embedding_length");
@@ -21,7 +23,7 @@ static void llama_hparams(const model_loader &ml, hparams &hp) {
     if (hp.n_head_kv == 0 || hp.n_head % hp.n_head_kv) throw std::runtime_error("head_count is not a multiple of head_count_kv");
     hp.head_dim = (uint32_t)ml.get_int(a + "attention.key_length", hp.n_embd / hp.n_head);
     hp.n_rot = (uint32_t)ml.get_int(a + "rope.dimension_count", hp.head_dim);
-    hp.norm_eps = ml.get_float(a + "attention.layer_norm_rms_epsilon", 1e-5f);
+    hp.norm_eps = ml.get_float(a + "attention.layer_norm_rms_epsilon", default_eps);
     hp.rope_freq_base = ml.get_float(a + "rope.freq_base", 10000.0f);
     const std::string scaling = ml.get_str(a + "rope.scaling.type", "none");
     if (scaling == "linear") {
@@ -29,10 +31,10 @@ static void llama_hparams(const model_loader &ml, hparams &hp) {
     } else if (scaling != "none") {
         throw std::runtime_error("unsupported rope scaling type '" + scaling + "'");
     }
-    hp.rope_mode = GGML_ROPE_NORMAL;
+    hp.rope_mode = rope_mode;
 }
 
-static void llama_tensors(model_loader &ml, model &m) {
+void llama_like_tensors(model_loader &ml, model &m, bool qkv_bias) {
     const hparams &hp = m.hp;
     const int64_t E = hp.n_embd, V = hp.n_vocab, F = hp.n_ff, Q = (int64_t)hp.head_dim * hp.n_head,
                   KV = hp.n_embd_gqa();
@@ -48,6 +50,11 @@ static void llama_tensors(model_loader &ml, model &m) {
         l.wq = ml.tensor(m.ctx, p + "attn_q.weight", {E, Q});
         l.wk = ml.tensor(m.ctx, p + "attn_k.weight", {E, KV});
         l.wv = ml.tensor(m.ctx, p + "attn_v.weight", {E, KV});
+        if (qkv_bias) {
+            l.bq = ml.tensor(m.ctx, p + "attn_q.bias", {Q});
+            l.bk = ml.tensor(m.ctx, p + "attn_k.bias", {KV});
+            l.bv = ml.tensor(m.ctx, p + "attn_v.bias", {KV});
+        }
         l.wo = ml.tensor(m.ctx, p + "attn_output.weight", {Q, E});
         l.ffn_norm = ml.tensor(m.ctx, p + "ffn_norm.weight", {E});
         l.ffn_gate = ml.tensor(m.ctx, p + "ffn_gate.weight", {E, F});
@@ -56,17 +63,17 @@ static void llama_tensors(model_loader &ml, model &m) {
     }
 }
 
-static ggml_tensor *llama_graph(ggml_context *ctx, ggml_cgraph *gf, const model &m, kv_cache &kv,
-                                const graph_inputs &in) {
+ggml_tensor *llama_like_graph(ggml_context *ctx, ggml_cgraph *gf, const model &m, kv_cache &kv,
+                              const graph_inputs &in) {
     const hparams &hp = m.hp;
     const int n = in.n_tokens;
     ggml_tensor *x = ggml_get_rows(ctx, m.tok_embd, in.tokens);  // [n_embd, n]
     for (uint32_t il = 0; il < hp.n_layer; il++) {
         const layer_weights &l = m.layers[il];
         ggml_tensor *cur = build_norm(ctx, x, l.attn_norm, nullptr, hp.norm_eps, true);
-        ggml_tensor *q = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, l.wq, cur), hp.head_dim, hp.n_head, n);
-        ggml_tensor *k = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, l.wk, cur), hp.head_dim, hp.n_head_kv, n);
-        ggml_tensor *v = ggml_mul_mat(ctx, l.wv, cur);
+        ggml_tensor *q = ggml_reshape_3d(ctx, build_linear(ctx, l.wq, l.bq, cur), hp.head_dim, hp.n_head, n);
+        ggml_tensor *k = ggml_reshape_3d(ctx, build_linear(ctx, l.wk, l.bk, cur), hp.head_dim, hp.n_head_kv, n);
+        ggml_tensor *v = build_linear(ctx, l.wv, l.bv, cur);
         q = ggml_rope(ctx, q, in.pos, hp.n_rot, hp.rope_mode, hp.rope_freq_base, hp.rope_freq_scale);
         k = ggml_rope(ctx, k, in.pos, hp.n_rot, hp.rope_mode, hp.rope_freq_base, hp.rope_freq_scale);
         cur = build_attention(ctx, gf, hp, kv, in, (int)il, q, k, v);
@@ -76,12 +83,15 @@ static ggml_tensor *llama_graph(ggml_context *ctx, ggml_cgraph *gf, const model 
         }
         x = ggml_add(ctx, x, ggml_mul_mat(ctx, l.wo, cur));
         cur = build_norm(ctx, x, l.ffn_norm, nullptr, hp.norm_eps, true);
-        x = ggml_add(ctx, x, build_ffn(ctx, cur, l.ffn_gate, l.ffn_up, l.ffn_down, hp.act));
+        x = ggml_add(ctx, x, build_ffn(ctx, in, m, (int)il, cur));
     }
     x = build_norm(ctx, x, m.output_norm, nullptr, hp.norm_eps, true);
     return ggml_mul_mat(ctx, m.output, x);
 }
 
-extern const arch_impl arch_llama = {"llama", llama_hparams, llama_tensors, llama_graph};
+static void llama_hparams(const model_loader &ml, hparams &hp) { llama_like_hparams(ml, hp, 1e-5f, GGML_ROPE_NORMAL); }
+static void llama_tensors(model_loader &ml, model &m) { llama_like_tensors(ml, m, false); }
+
+extern const arch_impl arch_llama = {"llama", llama_hparams, llama_tensors, llama_like_graph};
 
 }  // namespace pinfer

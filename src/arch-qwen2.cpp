@@ -1,91 +1,13 @@
 // The qwen2 architecture (Qwen1.5, Qwen2, Qwen2.5): llama's block layout with
 // biases on the q/k/v projections and NeoX-style RoPE (rotate halves, so the
 // converter leaves q/k rows in Hugging Face order).
-#include <stdexcept>
-
-#include "llama-graph.h"
-#include "llama-kv-cache.h"
-#include "llama-model-loader.h"
-#include "llama-model.h"
+#include "arch-llama.h"
 
 namespace pinfer {
 
-static void qwen2_hparams(const model_loader &ml, hparams &hp) {
-    const std::string a = hp.arch + ".";
-    hp.n_ctx_train = (uint32_t)ml.get_int(a + "context_length");
-    hp.n_embd = (uint32_t)ml.get_int(a + "embedding_length");
-    hp.n_layer = (uint32_t)ml.get_int(a + "block_count");
-    hp.n_ff = (uint32_t)ml.get_int(a + "feed_forward_length");
-    hp.n_head = (uint32_t)ml.get_int(a + "attention.head_count");
-    hp.n_head_kv = (uint32_t)ml.get_int(a + "attention.head_count_kv", hp.n_head);
-    if (hp.n_head == 0 || hp.n_embd % hp.n_head) throw std::runtime_error("n_embd is not a multiple of head_count");
-    if (hp.n_head_kv == 0 || hp.n_head % hp.n_head_kv) throw std::runtime_error("head_count is not a multiple of head_count_kv");
-    hp.head_dim = (uint32_t)ml.get_int(a + "attention.key_length", hp.n_embd / hp.n_head);
-    hp.n_rot = (uint32_t)ml.get_int(a + "rope.dimension_count", hp.head_dim);
-    hp.norm_eps = ml.get_float(a + "attention.layer_norm_rms_epsilon", 1e-6f);
-    hp.rope_freq_base = ml.get_float(a + "rope.freq_base", 10000.0f);
-    const std::string scaling = ml.get_str(a + "rope.scaling.type", "none");
-    if (scaling == "linear") {
-        hp.rope_freq_scale = 1.0f / ml.get_float(a + "rope.scaling.factor", 1.0f);
-    } else if (scaling != "none") {
-        throw std::runtime_error("unsupported rope scaling type '" + scaling + "'");
-    }
-    hp.rope_mode = GGML_ROPE_NEOX;
-}
+static void qwen2_hparams(const model_loader &ml, hparams &hp) { llama_like_hparams(ml, hp, 1e-6f, GGML_ROPE_NEOX); }
+static void qwen2_tensors(model_loader &ml, model &m) { llama_like_tensors(ml, m, true); }
 
-static void qwen2_tensors(model_loader &ml, model &m) {
-    const hparams &hp = m.hp;
-    const int64_t E = hp.n_embd, V = hp.n_vocab, F = hp.n_ff, Q = (int64_t)hp.head_dim * hp.n_head,
-                  KV = hp.n_embd_gqa();
-    m.tok_embd = ml.tensor(m.ctx, "token_embd.weight", {E, V});
-    m.output_norm = ml.tensor(m.ctx, "output_norm.weight", {E});
-    m.output = ml.tensor(m.ctx, "output.weight", {E, V}, false);
-    if (!m.output) m.output = m.tok_embd;  // tied embeddings (the small Qwen2 models)
-    m.layers.resize(hp.n_layer);
-    for (uint32_t il = 0; il < hp.n_layer; il++) {
-        layer_weights &l = m.layers[il];
-        const std::string p = "blk." + std::to_string(il) + ".";
-        l.attn_norm = ml.tensor(m.ctx, p + "attn_norm.weight", {E});
-        l.wq = ml.tensor(m.ctx, p + "attn_q.weight", {E, Q});
-        l.wk = ml.tensor(m.ctx, p + "attn_k.weight", {E, KV});
-        l.wv = ml.tensor(m.ctx, p + "attn_v.weight", {E, KV});
-        l.bq = ml.tensor(m.ctx, p + "attn_q.bias", {Q});
-        l.bk = ml.tensor(m.ctx, p + "attn_k.bias", {KV});
-        l.bv = ml.tensor(m.ctx, p + "attn_v.bias", {KV});
-        l.wo = ml.tensor(m.ctx, p + "attn_output.weight", {Q, E});
-        l.ffn_norm = ml.tensor(m.ctx, p + "ffn_norm.weight", {E});
-        l.ffn_gate = ml.tensor(m.ctx, p + "ffn_gate.weight", {E, F});
-        l.ffn_up = ml.tensor(m.ctx, p + "ffn_up.weight", {E, F});
-        l.ffn_down = ml.tensor(m.ctx, p + "ffn_down.weight", {F, E});
-    }
-}
-
-static ggml_tensor *qwen2_graph(ggml_context *ctx, ggml_cgraph *gf, const model &m, kv_cache &kv,
-                                const graph_inputs &in) {
-    const hparams &hp = m.hp;
-    const int n = in.n_tokens;
-    ggml_tensor *x = ggml_get_rows(ctx, m.tok_embd, in.tokens);  // [n_embd, n]
-    for (uint32_t il = 0; il < hp.n_layer; il++) {
-        const layer_weights &l = m.layers[il];
-        ggml_tensor *cur = build_norm(ctx, x, l.attn_norm, nullptr, hp.norm_eps, true);
-        ggml_tensor *q = ggml_reshape_3d(ctx, build_linear(ctx, l.wq, l.bq, cur), hp.head_dim, hp.n_head, n);
-        ggml_tensor *k = ggml_reshape_3d(ctx, build_linear(ctx, l.wk, l.bk, cur), hp.head_dim, hp.n_head_kv, n);
-        ggml_tensor *v = build_linear(ctx, l.wv, l.bv, cur);
-        q = ggml_rope(ctx, q, in.pos, hp.n_rot, hp.rope_mode, hp.rope_freq_base, hp.rope_freq_scale);
-        k = ggml_rope(ctx, k, in.pos, hp.n_rot, hp.rope_mode, hp.rope_freq_base, hp.rope_freq_scale);
-        cur = build_attention(ctx, gf, hp, kv, in, (int)il, q, k, v);
-        if (il == hp.n_layer - 1) {  // only the rows whose logits are wanted go on
-            cur = build_select_outputs(ctx, cur, in.n_outputs);
-            x = build_select_outputs(ctx, x, in.n_outputs);
-        }
-        x = ggml_add(ctx, x, ggml_mul_mat(ctx, l.wo, cur));
-        cur = build_norm(ctx, x, l.ffn_norm, nullptr, hp.norm_eps, true);
-        x = ggml_add(ctx, x, build_ffn(ctx, cur, l.ffn_gate, l.ffn_up, l.ffn_down, hp.act));
-    }
-    x = build_norm(ctx, x, m.output_norm, nullptr, hp.norm_eps, true);
-    return ggml_mul_mat(ctx, m.output, x);
-}
-
-extern const arch_impl arch_qwen2 = {"qwen2", qwen2_hparams, qwen2_tensors, qwen2_graph};
+extern const arch_impl arch_qwen2 = {"qwen2", qwen2_hparams, qwen2_tensors, llama_like_graph};
 
 }  // namespace pinfer

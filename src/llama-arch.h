@@ -14,6 +14,7 @@ namespace pinfer {
 class model_loader;
 struct model;
 struct kv_cache;
+struct ffn_build;
 
 // Inputs of one forward pass over a batch of n_tokens at positions
 // [pos0, pos0 + n_tokens), with n_kv = pos0 + n_tokens cached positions visible.
@@ -25,6 +26,7 @@ struct graph_inputs {
     int pos0;
     int n_kv;
     int n_outputs;         // logits for the last n_outputs tokens
+    ffn_build *ffn = nullptr;  // sparse FFN mode and probes (llama-sparse-ffn.h); nullptr: dense
 };
 
 struct arch_impl {

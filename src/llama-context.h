@@ -8,6 +8,7 @@
 #include "ggml.h"
 #include "llama-kv-cache.h"
 #include "llama-model.h"
+#include "llama-sparse-ffn.h"
 
 namespace pinfer {
 
@@ -16,6 +17,18 @@ struct context_params {
     uint32_t n_batch = 512;
     int n_threads = 0;
     ggml_type type_kv = GGML_TYPE_F16;
+    sparse_mode sparse = sparse_mode::OFF;  // AUTO resolves at construction
+    bool sparse_stats = false;   // per-layer active fractions and FLOPs
+    bool sparse_verify = false;  // + predictor recall, and a dense twin for the logit difference
+    bool ffn_observe = false;    // |act(gate)| histograms and per-neuron activity counts
+};
+
+// What --sparse-verify measures against the dense model (same tokens, own KV cache).
+struct verify_stats {
+    int64_t n_logits = 0;        // logit rows compared
+    int64_t n_argmax_agree = 0;  // rows whose argmax equals the dense one
+    double max_abs_diff = 0;     // max |sparse - dense| over all compared logits
+    double max_abs_dense = 0;    // max |dense logit| (scale for a relative difference)
 };
 
 struct timings {
@@ -37,12 +50,19 @@ public:
 
     uint32_t n_ctx() const { return kv_.n_ctx; }
     uint32_t n_past() const { return kv_.n_past; }
-    void truncate(uint32_t n_keep) { if (n_keep < kv_.n_past) kv_.n_past = n_keep; }
+    void truncate(uint32_t n_keep);
     const model &mdl() const { return model_; }
     timings tm;
 
+    sparse_mode mode() const { return ffn_.mode; }
+    const context_params &params() const { return params_; }
+    const std::vector<sparse_layer_stats> &sparse_stats() const { return stats_; }
+    const verify_stats &verify() const { return verify_; }
+    const act_observer &observer() const { return observer_; }
+    void reset_sparse_stats();
+
 private:
-    void decode_batch(const int32_t *tokens, int n, int n_outputs, float *out);
+    void decode_batch(const int32_t *tokens, int n, int n_outputs, float *out, kv_cache &kv, ffn_build *fb);
 
     const model &model_;
     context_params params_;
@@ -52,6 +72,13 @@ private:
     std::vector<uint8_t> arena_;   // graph + tensor headers, reused every batch
     std::vector<float> logits_;
     int n_logits_ = 0;
+
+    ffn_build ffn_;                         // mode + probes of the graph being built
+    std::unique_ptr<kv_cache> kv_dense_;    // verify: the dense twin's cache
+    std::vector<float> logits_dense_;
+    std::vector<sparse_layer_stats> stats_;
+    verify_stats verify_;
+    act_observer observer_;
 };
 
 }  // namespace pinfer

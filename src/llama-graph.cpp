@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "llama-kv-cache.h"
+#include "llama-sparse-ffn.h"
 
 namespace pinfer {
 
@@ -34,23 +35,8 @@ ggml_tensor *build_attention(ggml_context *ctx, ggml_cgraph *gf, const hparams &
     return ggml_reshape_2d(ctx, ggml_cont(ctx, kqv), hd * hp.n_head, n);
 }
 
-ggml_tensor *build_ffn(ggml_context *ctx, ggml_tensor *x, ggml_tensor *gate, ggml_tensor *up, ggml_tensor *down,
-                       ffn_act act) {
-    ggml_tensor *u = ggml_mul_mat(ctx, up, x);
-    ggml_tensor *h;
-    if (!gate) {
-        h = act == ffn_act::SILU ? ggml_silu(ctx, u) : act == ffn_act::GELU ? ggml_gelu(ctx, u) : ggml_relu(ctx, u);
-    } else {
-        ggml_tensor *g = ggml_mul_mat(ctx, gate, x);
-        switch (act) {
-            case ffn_act::SILU: h = ggml_swiglu(ctx, g, u); break;
-            case ffn_act::GELU: h = ggml_geglu(ctx, g, u); break;
-            case ffn_act::RELU: h = ggml_reglu(ctx, g, u); break;
-            case ffn_act::RELU_BOTH: h = ggml_reglu(ctx, g, ggml_relu(ctx, u)); break;
-            default: h = ggml_swiglu(ctx, g, u); break;
-        }
-    }
-    return ggml_mul_mat(ctx, down, h);
+ggml_tensor *build_ffn(ggml_context *ctx, const graph_inputs &in, const model &m, int il, ggml_tensor *x) {
+    return build_sparse_ffn(ctx, in.ffn, m, il, x);
 }
 
 ggml_tensor *build_select_outputs(ggml_context *ctx, ggml_tensor *x, int n_outputs) {

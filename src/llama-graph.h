@@ -19,9 +19,9 @@ ggml_tensor *build_linear(ggml_context *ctx, ggml_tensor *w, ggml_tensor *b, ggm
 ggml_tensor *build_attention(ggml_context *ctx, ggml_cgraph *gf, const hparams &hp, kv_cache &kv,
                              const graph_inputs &in, int il, ggml_tensor *q, ggml_tensor *k, ggml_tensor *v);
 
-// down(act(gate x) * up x); gate may be nullptr (then down(act(up x))).
-ggml_tensor *build_ffn(ggml_context *ctx, ggml_tensor *x, ggml_tensor *gate, ggml_tensor *up, ggml_tensor *down,
-                       ffn_act act);
+// The FFN of layer il on x [d, T]: down(act(gate x) * up x), or down(act(up x))
+// for layers without a gate; dense or neuron-sparse per in.ffn (llama-sparse-ffn.h).
+ggml_tensor *build_ffn(ggml_context *ctx, const graph_inputs &in, const model &m, int il, ggml_tensor *x);
 
 // Keep only the last n_outputs columns of x [n_embd, n_tokens].
 ggml_tensor *build_select_outputs(ggml_context *ctx, ggml_tensor *x, int n_outputs);

@@ -13,6 +13,7 @@
 #include "llama-model-loader.h"
 #include "llama-model.h"
 #include "llama-sampling.h"
+#include "llama-sparse-ffn.h"
 #include "llama-sparse-meta.h"
 #include "llama-vocab.h"
 #include "pinfer.h"
@@ -228,6 +229,8 @@ pinfer_context_params pinfer_context_default_params(void) {
     p.n_batch = 512;
     p.n_threads = 0;
     p.type_kv = GGML_TYPE_F16;
+    p.sparse_mode = PINFER_SPARSE_OFF;
+    p.sparse_flags = 0;
     return p;
 }
 
@@ -240,6 +243,15 @@ pinfer_context *pinfer_context_new(pinfer_model *model, pinfer_context_params pa
         p.n_batch = params.n_batch;
         p.n_threads = params.n_threads;
         p.type_kv = (ggml_type)params.type_kv;
+        if (params.sparse_mode < PINFER_SPARSE_OFF || params.sparse_mode > PINFER_SPARSE_AUTO)
+            throw std::invalid_argument("unknown sparse mode " + std::to_string(params.sparse_mode) +
+                                        " (off=0, exact=1, predictor=2, threshold=3, auto=4)");
+        if (params.sparse_flags & ~(PINFER_SPARSE_FLAG_STATS | PINFER_SPARSE_FLAG_VERIFY | PINFER_SPARSE_FLAG_OBSERVE))
+            throw std::invalid_argument("unknown bits in sparse_flags");
+        p.sparse = (pinfer::sparse_mode)params.sparse_mode;
+        p.sparse_stats = params.sparse_flags & PINFER_SPARSE_FLAG_STATS;
+        p.sparse_verify = params.sparse_flags & PINFER_SPARSE_FLAG_VERIFY;
+        p.ffn_observe = params.sparse_flags & PINFER_SPARSE_FLAG_OBSERVE;
         auto *pc = new pinfer_context();
         try {
             pc->c = std::make_unique<pinfer::context>(*model->m, p);
@@ -264,6 +276,110 @@ int32_t pinfer_decode(pinfer_context *ctx, const pinfer_token *tokens, int32_t n
 }
 
 float *pinfer_get_logits(pinfer_context *ctx, int32_t i) { return ctx->c->logits(i); }
+
+const char *pinfer_sparse_mode_name(int32_t mode) {
+    if (mode < PINFER_SPARSE_OFF || mode > PINFER_SPARSE_AUTO) return nullptr;
+    return pinfer::sparse_mode_name((pinfer::sparse_mode)mode);
+}
+
+int32_t pinfer_sparse_mode_from_name(const char *name) {
+    pinfer::sparse_mode m;
+    if (!name || !pinfer::sparse_mode_from_name(name, &m)) return -1;
+    return (int32_t)m;
+}
+
+int32_t pinfer_model_sparse_mode_check(const pinfer_model *model, int32_t mode) {
+    return guarded<>(-1, [&] {
+        if (!model) throw std::invalid_argument("pinfer_model_sparse_mode_check: NULL model");
+        if (mode < PINFER_SPARSE_OFF || mode > PINFER_SPARSE_AUTO)
+            throw std::invalid_argument("unknown sparse mode " + std::to_string(mode));
+        const std::string why = pinfer::sparse_mode_unsupported(*model->m, (pinfer::sparse_mode)mode);
+        if (!why.empty()) throw std::runtime_error(why);
+        return 0;
+    });
+}
+
+int32_t pinfer_context_sparse_mode(const pinfer_context *ctx) { return (int32_t)ctx->c->mode(); }
+
+int32_t pinfer_get_sparse_stats(const pinfer_context *ctx, pinfer_sparse_stats *stats, pinfer_sparse_layer_stats *layers,
+                                int32_t n_layer) {
+    return guarded<>(-1, [&] {
+        if (!ctx || !stats) throw std::invalid_argument("pinfer_get_sparse_stats: NULL argument");
+        const pinfer::context &c = *ctx->c;
+        if (!c.params().sparse_stats && !c.params().sparse_verify)
+            throw std::invalid_argument("sparse statistics are off: create the context with PINFER_SPARSE_FLAG_STATS");
+        const auto &st = c.sparse_stats();
+        if (layers && n_layer != (int32_t)st.size())
+            throw std::invalid_argument("pinfer_get_sparse_stats: n_layer is " + std::to_string(n_layer) +
+                                        ", the model has " + std::to_string(st.size()));
+        *stats = pinfer_sparse_stats{};
+        stats->mode = (int32_t)c.mode();
+        stats->n_layer = (int32_t)st.size();
+        const double n_ff = (double)c.mdl().hp.n_ff;
+        const bool recall = c.params().sparse_verify && c.mode() == pinfer::sparse_mode::PREDICTOR;
+        for (size_t il = 0; il < st.size(); il++) {
+            const pinfer::sparse_layer_stats &s = st[il];
+            stats->flops_predictor += s.flops_predictor;
+            stats->flops_ffn += s.flops_ffn;
+            stats->flops_dense += s.flops_dense;
+            if (!layers) continue;
+            pinfer_sparse_layer_stats &o = layers[il];
+            const double tok = (double)std::max<int64_t>(s.n_tokens, 1);
+            o.n_tokens = s.n_tokens;
+            o.active_frac = (double)s.sum_active / (tok * n_ff);
+            o.computed_frac = (double)s.sum_union / (tok * n_ff);
+            o.recall = !recall ? -1.0 : s.sum_true ? (double)s.sum_hit / (double)s.sum_true : 1.0;
+            o.true_active_frac = recall ? (double)s.sum_true / (tok * n_ff) : -1.0;
+            o.flops_predictor = s.flops_predictor;
+            o.flops_ffn = s.flops_ffn;
+            o.flops_dense = s.flops_dense;
+        }
+        const pinfer::verify_stats &v = c.verify();
+        stats->n_verified = v.n_logits;
+        stats->n_argmax_agree = v.n_argmax_agree;
+        stats->max_logit_diff = v.max_abs_diff;
+        stats->max_logit_abs = v.max_abs_dense;
+        return 0;
+    });
+}
+
+void pinfer_reset_sparse_stats(pinfer_context *ctx) { ctx->c->reset_sparse_stats(); }
+
+static const pinfer::act_observer &observer_of(const pinfer_context *ctx, int32_t il, const char *fn) {
+    if (!ctx) throw std::invalid_argument(std::string(fn) + ": NULL context");
+    if (!ctx->c->params().ffn_observe)
+        throw std::invalid_argument("the FFN observer is off: create the context with PINFER_SPARSE_FLAG_OBSERVE");
+    const int32_t L = (int32_t)ctx->c->mdl().hp.n_layer;
+    if (il < 0 || il >= L)
+        throw std::invalid_argument(std::string(fn) + ": layer " + std::to_string(il) + " out of range [0, " +
+                                    std::to_string(L) + ")");
+    return ctx->c->observer();
+}
+
+int32_t pinfer_ffn_act_quantile(const pinfer_context *ctx, int32_t il, double q, float *t_out) {
+    return guarded<>(-1, [&] {
+        const pinfer::act_observer &o = observer_of(ctx, il, "pinfer_ffn_act_quantile");
+        if (!t_out) throw std::invalid_argument("pinfer_ffn_act_quantile: NULL t_out");
+        if (!(q <= 1.0)) throw std::invalid_argument("pinfer_ffn_act_quantile: q must be <= 1");
+        if (o.n_tokens[(size_t)il] == 0) throw std::runtime_error("no activations observed yet: decode some tokens first");
+        *t_out = o.quantile(il, q);
+        return 0;
+    });
+}
+
+int64_t pinfer_ffn_observed_tokens(const pinfer_context *ctx, int32_t il) {
+    return guarded<>((int64_t)-1, [&] { return observer_of(ctx, il, "pinfer_ffn_observed_tokens").n_tokens[(size_t)il]; });
+}
+
+int32_t pinfer_ffn_neuron_counts(const pinfer_context *ctx, int32_t il, int64_t *counts, int32_t n_max) {
+    return guarded<>(INT32_MIN, [&] {
+        const pinfer::act_observer &o = observer_of(ctx, il, "pinfer_ffn_neuron_counts");
+        const auto &c = o.counts[(size_t)il];
+        if (!counts || n_max < (int32_t)c.size()) return -(int32_t)c.size();
+        std::copy(c.begin(), c.end(), counts);
+        return (int32_t)c.size();
+    });
+}
 
 pinfer_timings pinfer_get_timings(const pinfer_context *ctx) {
     pinfer_timings t;

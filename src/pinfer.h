@@ -108,7 +108,21 @@ struct pinfer_context_params {
     uint32_t n_batch;    // max tokens per decode call for prompt processing
     int32_t n_threads;   // <= 0: number of cores
     int32_t type_kv;     // KV cache element type: 1 = F16 (default), 0 = F32
+    int32_t sparse_mode; // PINFER_SPARSE_*: off (default), exact, predictor, threshold, auto
+    uint32_t sparse_flags;  // PINFER_SPARSE_FLAG_* (statistics; they cost time)
 };
+
+// Sparse FFN modes (DESIGN.md "Neuron-aware operators"). pinfer_context_new
+// fails, naming what the file lacks, when the model cannot run the mode;
+// auto picks the best one it can (pinfer_context_sparse_mode tells which).
+#define PINFER_SPARSE_OFF 0        // dense
+#define PINFER_SPARSE_EXACT 1      // ReLU-family FFNs: only neurons with a positive ReLU (same function)
+#define PINFER_SPARSE_PREDICTOR 2  // blk.N.fc1/fc2 predict the active neurons
+#define PINFER_SPARSE_THRESHOLD 3  // |act(gate)| > pinfer.sparse.act_thresholds[l]
+#define PINFER_SPARSE_AUTO 4       // predictor > exact > threshold > off, as the file allows
+#define PINFER_SPARSE_FLAG_STATS 1u    // per-layer active fractions and FLOPs (pinfer_get_sparse_stats)
+#define PINFER_SPARSE_FLAG_VERIFY 2u   // + predictor recall and the logit difference to a dense twin
+#define PINFER_SPARSE_FLAG_OBSERVE 4u  // |act(gate)| histograms and per-neuron activity counts
 struct pinfer_context_params pinfer_context_default_params(void);
 struct pinfer_context *pinfer_context_new(struct pinfer_model *model, struct pinfer_context_params params);
 void pinfer_context_free(struct pinfer_context *ctx);
@@ -123,6 +137,51 @@ void pinfer_kv_truncate(struct pinfer_context *ctx, int32_t n_keep);
 int32_t pinfer_decode(struct pinfer_context *ctx, const pinfer_token *tokens, int32_t n, bool all_logits);
 // Logits [n_vocab] of token i of the last decode (-1: the last one); NULL if not kept.
 float *pinfer_get_logits(struct pinfer_context *ctx, int32_t i);
+
+// ---- sparse FFN: modes and statistics ----
+const char *pinfer_sparse_mode_name(int32_t mode);       // "off", ...; NULL if unknown
+int32_t pinfer_sparse_mode_from_name(const char *name);  // -1 if unknown
+// 0 when the model can run the mode, else -1 with the reason as the error.
+int32_t pinfer_model_sparse_mode_check(const struct pinfer_model *model, int32_t mode);
+// The mode the context runs (auto resolved).
+int32_t pinfer_context_sparse_mode(const struct pinfer_context *ctx);
+
+struct pinfer_sparse_layer_stats {
+    int64_t n_tokens;          // tokens this layer's FFN saw since the last reset
+    double active_frac;        // mean over tokens of |active set| / n_ff
+    double computed_frac;      // rows computed / (n_ff * tokens): a batch computes its union
+    double recall;             // verify, predictor mode: Σ|pred ∩ true| / Σ|true| (-1 otherwise)
+    double true_active_frac;   // verify, predictor mode: mean |true set| / n_ff (-1 otherwise)
+    double flops_predictor;    // FLOPs of the predictor
+    double flops_ffn;          // FLOPs of the (sparse) FFN as run
+    double flops_dense;        // FLOPs the dense FFN would have taken
+};
+struct pinfer_sparse_stats {
+    int32_t mode;
+    int32_t n_layer;
+    double flops_predictor, flops_ffn, flops_dense;  // sums over layers
+    int64_t n_verified;        // verify: logit rows compared with the dense twin
+    int64_t n_argmax_agree;    // ... whose argmax equals the dense one
+    double max_logit_diff;     // ... max |sparse - dense| logit
+    double max_logit_abs;      // ... max |dense logit|
+};
+// Needs PINFER_SPARSE_FLAG_STATS or _VERIFY. layers may be NULL, else room for
+// n_layer entries. Returns 0, < 0 on error.
+int32_t pinfer_get_sparse_stats(const struct pinfer_context *ctx, struct pinfer_sparse_stats *stats,
+                                struct pinfer_sparse_layer_stats *layers, int32_t n_layer);
+void pinfer_reset_sparse_stats(struct pinfer_context *ctx);  // also clears the observer
+
+// FFN activation observer (PINFER_SPARSE_FLAG_OBSERVE). For layer il: the
+// threshold t such that a fraction q of the observed |act(gate)| values (ungated
+// FFNs: |act(up)|) are <= t (within 0.8%); q <= 0 gives 0. Returns 0, < 0 on error.
+int32_t pinfer_ffn_act_quantile(const struct pinfer_context *ctx, int32_t il, double q, float *t_out);
+// Tokens observed in layer il (the last layer sees only tokens whose logits are kept); < 0 on error.
+int64_t pinfer_ffn_observed_tokens(const struct pinfer_context *ctx, int32_t il);
+// Per-neuron activity counts of layer il: tokens where |act| > t_l (t_l from
+// pinfer.sparse.act_thresholds, else 0; relu-both also needs up > 0). Writes
+// n_ff values; returns n_ff, -n_ff without writing when n_max is too small or
+// counts is NULL, and INT32_MIN with an error (no observer, bad layer).
+int32_t pinfer_ffn_neuron_counts(const struct pinfer_context *ctx, int32_t il, int64_t *counts, int32_t n_max);
 
 struct pinfer_timings {
     double t_load_ms;

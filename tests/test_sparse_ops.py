@@ -101,6 +101,32 @@ def test_sparse_select_all_and_none():
     np.testing.assert_array_equal(out, [[3, 0, 1, 2]] * 3)
 
 
+@pytest.mark.parametrize("n,T", [(1, 1), (301, 1), (64, 3), (1001, 5)])
+def test_sparse_select_abs(n, T):
+    """Magnitude selection (threshold mode on SwiGLU activations)."""
+    g = np.random.default_rng(n * 7 + T)
+    p = g.standard_normal((T, n)).astype(np.float32)
+    thr = 0.9
+    out = run("sparse_select", [p], {"threshold": thr, "abs": 1})
+    C = 1 if T == 1 else T + 1
+    out = out.reshape(C, n + 1)
+    sets = [np.nonzero(np.abs(p[t]) > np.float32(thr))[0] for t in range(T)]
+    if T > 1:
+        sets.append(np.nonzero((np.abs(p) > np.float32(thr)).any(axis=0))[0])
+    np.testing.assert_array_equal(out, index_list(n, sets))
+
+
+@pytest.mark.parametrize("n,T", [(1, 1), (300, 1), (65, 7)])
+def test_sparse_mask(n, T):
+    g = np.random.default_rng(n + 3 * T)
+    a = g.standard_normal((T, n)).astype(np.float32)
+    a[0, 0] = -0.5  # exactly at the threshold: not above it
+    out = run("sparse_mask", [a], {"threshold": 0.5}).reshape(T, n)
+    np.testing.assert_array_equal(out, np.where(np.abs(a) > np.float32(0.5), a, np.float32(0)))
+    out0 = run("sparse_mask", [a], {"threshold": 0.0}).reshape(T, n)
+    np.testing.assert_array_equal(out0, a)
+
+
 @pytest.mark.parametrize("wtype", ["f32", "f16", "q8_0", "q4_0"])
 @pytest.mark.parametrize("T", [1, 4])
 def test_sparse_predict(wtype, T):

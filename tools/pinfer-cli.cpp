@@ -25,6 +25,28 @@
 
 namespace {
 
+// The embedded default model: $PINFER_DEFAULT_MODEL, else the copy installed
+// beside this executable (<prefix>/share/pinfer/, where pip puts it), else the
+// source tree's (a development build). Empty if none exists.
+std::string default_model_path() {
+    const char *env = getenv("PINFER_DEFAULT_MODEL");
+    if (env && *env) return env;
+    std::vector<std::string> candidates;
+    char exe[4096];
+    const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        std::string dir(exe, (size_t)n);
+        dir = dir.substr(0, dir.find_last_of('/'));
+        candidates.push_back(dir + "/../share/pinfer/" PINFER_DEFAULT_MODEL_NAME);
+    }
+#ifdef PINFER_SOURCE_DIR
+    candidates.push_back(PINFER_SOURCE_DIR "/models/" PINFER_DEFAULT_MODEL_NAME);
+#endif
+    for (const std::string &c : candidates)
+        if (access(c.c_str(), R_OK) == 0) return c;
+    return "";
+}
+
 struct cli_params {
     std::string model;
     std::string prompt;
@@ -42,6 +64,9 @@ struct cli_params {
     bool conversation = false;
     bool verbose = false;
     std::string cache_type;  // "" (the library's default), "f16" or "f32"
+    std::string sparse = "off";  // FFN mode: off, exact, predictor, threshold, auto
+    bool sparse_stats = false;
+    bool sparse_verify = false;
     pinfer_sampler_params sampling = pinfer_sampler_default_params();
 };
 
@@ -59,7 +84,7 @@ void print_usage(FILE *out, const char *argv0) {
             "\n"
             "options:\n"
             "  -h,   --help                show this help and exit\n"
-            "  -m,   --model FNAME         model file (default: $PINFER_DEFAULT_MODEL)\n"
+            "  -m,   --model FNAME         model file (default: $PINFER_DEFAULT_MODEL, else the embedded model)\n"
             "  -p,   --prompt TEXT         prompt to start generation with\n"
             "  -f,   --file FNAME          read the prompt from a file\n"
             "  -e,   --escape              process escapes (\\n, \\t, \\\\, \\\", \\xNN ...) in the prompt\n"
@@ -81,6 +106,9 @@ void print_usage(FILE *out, const char *argv0) {
             "                              template; '/exit' or end of input ends (-p is the first turn)\n"
             "  -sys, --system-prompt TEXT  system message for --conversation\n"
             "  -ctk, --cache-type-k TYPE   KV cache type, f16 or f32 (default: f16); -ctv the same\n"
+            "        --sparse MODE         FFN mode: off (default), exact, predictor, threshold, auto\n"
+            "        --sparse-stats        print per-layer active fraction and predictor cost at the end\n"
+            "        --sparse-verify       also run the dense model: predictor recall, logit difference\n"
             "        --verbose             print model and run details to stderr\n",
             argv0, d.temperature, d.top_k, d.top_p, d.min_p, d.repeat_penalty, d.repeat_last_n,
             d.presence_penalty, d.frequency_penalty);
@@ -220,6 +248,14 @@ cli_params parse_args(int argc, char **argv) {
             if (!p.cache_type.empty() && p.cache_type != t)
                 throw usage_error{"the K and V caches must have the same type (got " + p.cache_type + " and " + t + ")"};
             p.cache_type = t;
+        } else if (a == "--sparse") {
+            p.sparse = value();
+            if (pinfer_sparse_mode_from_name(p.sparse.c_str()) < 0)
+                throw usage_error{"invalid sparse mode '" + p.sparse + "' (off, exact, predictor, threshold, auto)"};
+        } else if (a == "--sparse-stats") {
+            p.sparse_stats = true;
+        } else if (a == "--sparse-verify") {
+            p.sparse_verify = true;
         } else if (a == "--verbose") {
             p.verbose = true;
         } else if (a == "-" || a.empty() || a[0] != '-') {
@@ -404,6 +440,34 @@ void print_timings(const session &s, double t_load_ms) {
             t.n_prompt + t.n_eval);
 }
 
+// --sparse-stats / --sparse-verify: one line per layer, then the totals.
+void print_sparse_stats(const session &s) {
+    const int32_t L = pinfer_model_n_layer(s.model);
+    std::vector<pinfer_sparse_layer_stats> ls((size_t)L);
+    pinfer_sparse_stats st;
+    if (pinfer_get_sparse_stats(s.ctx, &st, ls.data(), L) != 0) {
+        fprintf(stderr, "pinfer: sparse stats unavailable: %s\n", pinfer_last_error());
+        return;
+    }
+    fprintf(stderr, "pinfer: sparse mode %s\n", pinfer_sparse_mode_name(st.mode));
+    auto pct = [](double a, double b) { return b > 0 ? 100.0 * a / b : 0.0; };
+    for (int32_t il = 0; il < L; il++) {
+        const pinfer_sparse_layer_stats &l = ls[(size_t)il];
+        char recall[32] = "-";
+        if (l.recall >= 0) snprintf(recall, sizeof(recall), "%.4f", l.recall);
+        fprintf(stderr,
+                "pinfer: sparse layer %3d: active %6.2f%% computed %6.2f%% recall %s ffn flops %6.2f%% of dense, "
+                "predictor %5.2f%%\n",
+                il, 100.0 * l.active_frac, 100.0 * l.computed_frac, recall, pct(l.flops_ffn, l.flops_dense),
+                pct(l.flops_predictor, l.flops_predictor + l.flops_ffn));
+    }
+    fprintf(stderr, "pinfer: sparse total: ffn flops %.2f%% of dense, predictor share %.2f%% of the sparse ffn\n",
+            pct(st.flops_ffn + st.flops_predictor, st.flops_dense), pct(st.flops_predictor, st.flops_predictor + st.flops_ffn));
+    if (st.n_verified > 0)
+        fprintf(stderr, "pinfer: sparse verify: max |logit - dense| = %.6g (max |dense logit| %.6g), argmax agrees %lld/%lld\n",
+                st.max_logit_diff, st.max_logit_abs, (long long)st.n_argmax_agree, (long long)st.n_verified);
+}
+
 // Formats the chat with the model's template.
 std::string apply_template(const session &s, const std::vector<std::pair<std::string, std::string>> &history,
                            bool add_generation_prompt) {
@@ -500,10 +564,10 @@ int run(int argc, char **argv) {
         return 2;
     }
     if (p.model.empty()) {
-        const char *env = getenv("PINFER_DEFAULT_MODEL");
-        if (env && *env) p.model = env;
-        else {
-            fprintf(stderr, "error: a model is required: pass -m/--model FILE (or set PINFER_DEFAULT_MODEL)\n\n");
+        p.model = default_model_path();
+        if (p.model.empty()) {
+            fprintf(stderr, "error: no model given and the embedded default model is not installed: "
+                            "pass -m/--model FILE (or set PINFER_DEFAULT_MODEL)\n\n");
             print_usage(stderr, argv[0]);
             return 2;
         }
@@ -530,6 +594,8 @@ int run(int argc, char **argv) {
         cp.n_batch = (uint32_t)p.n_batch;
         cp.n_threads = p.n_threads;
         if (!p.cache_type.empty()) cp.type_kv = p.cache_type == "f32" ? 0 : 1;
+        cp.sparse_mode = pinfer_sparse_mode_from_name(p.sparse.c_str());
+        cp.sparse_flags = (p.sparse_stats ? PINFER_SPARSE_FLAG_STATS : 0u) | (p.sparse_verify ? PINFER_SPARSE_FLAG_VERIFY : 0u);
         s.ctx = pinfer_context_new(s.model, cp);
         if (!s.ctx) throw run_error{api_error("cannot create a context")};
         if (p.sampling.repeat_last_n < 0) p.sampling.repeat_last_n = (int32_t)pinfer_n_ctx(s.ctx);  // -1: whole context
@@ -549,11 +615,13 @@ int run(int argc, char **argv) {
                     pinfer_n_ctx(s.ctx), p.n_batch, p.n_predict, p.sampling.temperature, p.sampling.top_k,
                     p.sampling.top_p, p.sampling.min_p, p.sampling.repeat_penalty, p.sampling.repeat_last_n,
                     p.sampling.presence_penalty, p.sampling.frequency_penalty, p.sampling.seed);
+            fprintf(stderr, "pinfer: sparse FFN mode %s\n", pinfer_sparse_mode_name(pinfer_context_sparse_mode(s.ctx)));
         }
 
         if (p.conversation) {
             int rc = run_conversation(s, p, prompt);
             print_timings(s, t_load_ms);
+            if (p.sparse_stats || p.sparse_verify) print_sparse_stats(s);
             return rc;
         }
 
@@ -578,6 +646,7 @@ int run(int argc, char **argv) {
         fflush(stdout);
         if (why == stop_reason::ctx_full && p.verbose) fprintf(stderr, "pinfer: the context is full\n");
         print_timings(s, t_load_ms);
+        if (p.sparse_stats || p.sparse_verify) print_sparse_stats(s);
         return 0;
     } catch (const run_error &e) {
         fflush(stdout);

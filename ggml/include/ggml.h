@@ -121,6 +121,7 @@ enum ggml_op {
     GGML_OP_SPARSE_SELECT,       // score > threshold -> active index list
     GGML_OP_MUL_MAT_SPARSE_ROWS, // row-sparse matvec (gate/up)
     GGML_OP_SPARSE_DOWN,         // column-sparse down projection on ffn_down_t
+    GGML_OP_SPARSE_MASK,         // a where |a| > threshold, else 0
     GGML_OP_COUNT,
 };
 
@@ -246,6 +247,13 @@ struct ggml_tensor *ggml_transpose(struct ggml_context *ctx, struct ggml_tensor 
 
 // Active ids of scores p [n, T] F32: p_i > threshold. Layout above.
 struct ggml_tensor *ggml_sparse_select(struct ggml_context *ctx, struct ggml_tensor *p, float threshold);
+// The same on magnitudes: active when |p_i| > threshold (SwiGLU/GeGLU
+// activations, whose sign carries no sparsity).
+struct ggml_tensor *ggml_sparse_select_abs(struct ggml_context *ctx, struct ggml_tensor *p, float threshold);
+// a [n, T] F32 -> F32 [n, T]: a where |a| > threshold, else 0. Element by
+// element, so each token of a batch keeps only its own active set even where
+// the sparse ops compute the union.
+struct ggml_tensor *ggml_sparse_mask(struct ggml_context *ctx, struct ggml_tensor *a, float threshold);
 // The predictor p = fc2 · relu(fc1 · x) per token, fc1 [d, r], fc2 [r, n] (any
 // weight types mul_mat supports), x [d, T] F32; returns ggml_sparse_select(p,
 // threshold) (threshold in logit space). Built from mul_mat + relu + select

@@ -1,7 +1,7 @@
 // Constructors of the neuron-aware (sparse FFN) operations. The CPU kernels
 // are in cpu/ops-sparse.cpp; the index-list layout is documented in ggml.h.
 //
-// op_params: SPARSE_SELECT {f32 threshold}; MUL_MAT_SPARSE_ROWS {i32 begin,
+// op_params: SPARSE_SELECT {f32 threshold, i32 abs}; SPARSE_MASK {f32 threshold}; MUL_MAT_SPARSE_ROWS {i32 begin,
 // i32 end}; SPARSE_DOWN {i32 begin, i32 end, i32 mode}: mode 0 = the policy
 // ggml_sparse_should_use_dense picks the path, 1 = always sparse, 2 = dense
 // whenever w_down is given and the range is aligned (tests set it).
@@ -25,7 +25,7 @@ static void set_range(const char *op, ggml_tensor *r, int64_t begin, int64_t end
     r->op_params[1] = (int32_t)end;
 }
 
-ggml_tensor *ggml_sparse_select(ggml_context *ctx, ggml_tensor *p, float threshold) {
+static ggml_tensor *sparse_select_impl(ggml_context *ctx, ggml_tensor *p, float threshold, bool abs) {
     if (p->type != GGML_TYPE_F32 || p->nb[0] != sizeof(float)) ggml_abort("sparse_select: p must be F32 with contiguous rows");
     if (p->ne[2] != 1 || p->ne[3] != 1) ggml_abort("sparse_select: p must be 2-D [n, T]");
     if (p->ne[0] >= INT32_MAX) ggml_abort("sparse_select: n too large");
@@ -33,6 +33,25 @@ ggml_tensor *ggml_sparse_select(ggml_context *ctx, ggml_tensor *p, float thresho
     ggml_tensor *r = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, p->ne[0] + 1, T == 1 ? 1 : T + 1);
     r->op = GGML_OP_SPARSE_SELECT;
     r->src[0] = p;
+    memcpy(&r->op_params[0], &threshold, sizeof(threshold));
+    r->op_params[1] = abs ? 1 : 0;
+    return r;
+}
+
+ggml_tensor *ggml_sparse_select(ggml_context *ctx, ggml_tensor *p, float threshold) {
+    return sparse_select_impl(ctx, p, threshold, false);
+}
+
+ggml_tensor *ggml_sparse_select_abs(ggml_context *ctx, ggml_tensor *p, float threshold) {
+    return sparse_select_impl(ctx, p, threshold, true);
+}
+
+ggml_tensor *ggml_sparse_mask(ggml_context *ctx, ggml_tensor *a, float threshold) {
+    if (a->type != GGML_TYPE_F32 || a->nb[0] != sizeof(float)) ggml_abort("sparse_mask: a must be F32 with contiguous rows");
+    if (a->ne[2] != 1 || a->ne[3] != 1) ggml_abort("sparse_mask: a must be 2-D [n, T]");
+    ggml_tensor *r = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, a->ne[0], a->ne[1]);
+    r->op = GGML_OP_SPARSE_MASK;
+    r->src[0] = a;
     memcpy(&r->op_params[0], &threshold, sizeof(threshold));
     return r;
 }

@@ -233,6 +233,7 @@ static const char *k_op_names[GGML_OP_COUNT] = {
     "NONE", "DUP", "CPY", "ADD", "MUL", "SCALE", "RMS_NORM", "NORM", "MUL_MAT", "GET_ROWS", "ROPE",
     "SOFT_MAX", "RELU", "SILU", "GELU", "SWIGLU", "REGLU", "GEGLU", "ARGMAX", "VIEW", "RESHAPE",
     "PERMUTE", "TRANSPOSE", "SPARSE_SELECT", "MUL_MAT_SPARSE_ROWS", "SPARSE_DOWN",
+    "SPARSE_MASK",
 };
 
 const char *ggml_op_name(ggml_op op) { return (int)op >= 0 && op < GGML_OP_COUNT ? k_op_names[op] : "?"; }

@@ -226,6 +226,12 @@ def _add_train(sub) -> None:
     predictors.add_parser(sub)
 
 
+def _add_calibrate(sub) -> None:
+    from . import calibrate  # numpy + the extension only
+
+    calibrate.add_parser(sub)
+
+
 # ---------------------------------------------------------------- main
 
 def build_parser() -> argparse.ArgumentParser:
@@ -242,6 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_solve(sub)
     _add_profile(sub)
     _add_train(sub)
+    _add_calibrate(sub)
     return parser
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 import time
 import uuid
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
@@ -30,12 +31,23 @@ DEFAULT_SEED = 0xFFFFFFFF
 Prompt = Union[str, bytes, Sequence[int]]
 
 
-def _default_model_path() -> str:
-    """The model used when none is given: ``$PINFER_DEFAULT_MODEL`` for now."""
+DEFAULT_MODEL_NAME = "pinfer-default.gguf"
+
+
+def default_model_path() -> str:
+    """The embedded default model: ``$PINFER_DEFAULT_MODEL``, else the copy pip
+    installed under ``<sys.prefix>/share/pinfer/``, else the source tree's
+    ``models/`` (a development checkout). Raises ValueError if none exists."""
     env = os.environ.get("PINFER_DEFAULT_MODEL")
     if env:
         return env
-    raise ValueError("no model given: pass model_path=... (or set PINFER_DEFAULT_MODEL)")
+    here = os.path.dirname(os.path.abspath(__file__))
+    for cand in (os.path.join(sys.prefix, "share", "pinfer", DEFAULT_MODEL_NAME),
+                 os.path.join(here, "..", "..", "models", DEFAULT_MODEL_NAME)):
+        if os.path.exists(cand):
+            return os.path.normpath(cand)
+    raise ValueError("no model given and the embedded default model is not installed: "
+                     "pass model_path=... (or set PINFER_DEFAULT_MODEL)")
 
 
 def _utf8_complete(buf: bytes, start: int, end: int) -> int:
@@ -76,6 +88,12 @@ class Llama:
             sequence of calls gives the same outputs.
         logits_all: keep the logits of every evaluated token (see :attr:`scores`).
         verbose: print load details and per-call timings to stderr.
+        sparse: FFN mode: "off" (dense), "exact" (ReLU-family FFNs, same function),
+            "predictor" (fc1/fc2 in the file), "threshold" (act_thresholds in the
+            file) or "auto" (the best the file supports; see :attr:`sparse_mode`).
+        sparse_stats: collect per-layer active fractions and FLOPs (:meth:`sparse_stats`).
+        sparse_verify: also run a dense twin and measure predictor recall and the
+            logit difference to dense (twice the work).
     """
 
     def __init__(
@@ -88,6 +106,9 @@ class Llama:
         seed: int = DEFAULT_SEED,
         logits_all: bool = False,
         verbose: bool = False,
+        sparse: str = "off",
+        sparse_stats: bool = False,
+        sparse_verify: bool = False,
         **kwargs: Any,
     ) -> None:
         self._model: Optional[_core.Model] = None
@@ -95,7 +116,7 @@ class Llama:
         # Arguments of llama-cpp-python that have no meaning here are accepted and ignored
         # (n_gpu_layers etc.), so existing code runs unchanged.
         if model_path is None:
-            model_path = _default_model_path()
+            model_path = default_model_path()
         model_path = os.fspath(model_path)
         if not isinstance(n_ctx, int) or n_ctx < 0:
             raise ValueError(f"n_ctx must be a non-negative int, got {n_ctx!r}")
@@ -108,7 +129,10 @@ class Llama:
         self._logits_all = bool(logits_all)
         t0 = time.perf_counter()
         self._model = _core.Model(model_path)
-        self._ctx = _core.Context(self._model, n_ctx, n_batch, n_threads or 0)
+        if not isinstance(sparse, str):
+            raise TypeError(f"sparse must be a str, got {type(sparse).__name__}")
+        self._ctx = _core.Context(self._model, n_ctx, n_batch, n_threads or 0, "f16", sparse,
+                                  bool(sparse_stats), bool(sparse_verify))
         if verbose:
             import sys
 
@@ -155,6 +179,18 @@ class Llama:
         if self._ctx is None:
             raise ValueError("this Llama is closed")
         return self._ctx
+
+    # ---- sparse FFN ----
+
+    @property
+    def sparse_mode(self) -> str:
+        """The FFN mode this context runs ("auto" resolved)."""
+        return self.ctx.sparse_mode
+
+    def sparse_stats(self) -> Dict[str, Any]:
+        """Per-layer active fractions, FLOPs (predictor share), and with
+        ``sparse_verify`` the predictor recall and the logit difference to dense."""
+        return self.ctx.sparse_stats()
 
     # ---- model facts ----
 

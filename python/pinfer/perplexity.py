@@ -92,8 +92,11 @@ def _summary(nll: np.ndarray) -> Tuple[float, float]:
 def perplexity_tokens(model, tokens: Sequence[int], n_ctx: int, stride: Optional[int] = None,
                       n_batch: int = 512, n_threads: Optional[int] = None,
                       max_windows: Optional[int] = None,
-                      progress: Optional[Progress] = None) -> Tuple[float, float, int]:
+                      progress: Optional[Progress] = None, sparse: str = "off",
+                      stats: Optional[dict] = None) -> Tuple[float, float, int]:
     """Perplexity of an already tokenized sequence; model is a ``pinfer._core.Model``.
+    sparse: the FFN mode ("off", "exact", "predictor", "threshold", "auto"); when
+    ``stats`` is a dict it receives the context's sparse statistics.
     Returns ``(ppl, ppl_stderr, n_scored_tokens)``."""
     from . import _core
 
@@ -103,7 +106,7 @@ def perplexity_tokens(model, tokens: Sequence[int], n_ctx: int, stride: Optional
         raise ValueError(f"n_threads must be a positive int or None, got {n_threads!r}")
     tokens = np.ascontiguousarray(tokens, dtype=np.int32)
     plan = windows(len(tokens), n_ctx, stride, max_windows)
-    ctx = _core.Context(model, n_ctx, min(n_batch, n_ctx), n_threads or 0)
+    ctx = _core.Context(model, n_ctx, min(n_batch, n_ctx), n_threads or 0, "f16", sparse, stats is not None)
     try:
         if ctx.n_ctx < n_ctx:
             raise ValueError(f"the context holds only {ctx.n_ctx} tokens, asked for n_ctx = {n_ctx}")
@@ -121,6 +124,8 @@ def perplexity_tokens(model, tokens: Sequence[int], n_ctx: int, stride: Optional
                 running = math.exp(float(np.concatenate(parts).mean()))
                 progress(w + 1, len(plan), running, total)
         nll = np.concatenate(parts)
+        if stats is not None:
+            stats.update(ctx.sparse_stats())
     finally:
         ctx.close()
     ppl, err = _summary(nll)
@@ -144,7 +149,8 @@ def _tokenize_enough(model, text: str, n_needed: Optional[int]) -> List[int]:
 def perplexity(model_path: Union[str, os.PathLike], text: Optional[str] = None, n_ctx: int = 512,
                stride: Optional[int] = None, n_batch: int = 512, n_threads: Optional[int] = None,
                max_windows: Optional[int] = None,
-               progress: Optional[Progress] = None) -> Tuple[float, float, int]:
+               progress: Optional[Progress] = None, sparse: str = "off",
+               stats: Optional[dict] = None) -> Tuple[float, float, int]:
     """Perplexity of the model at model_path on text (default: Jane Austen's novels,
     :func:`pinfer.datasets.austen`). See the module docstring for which tokens are
     scored. Returns ``(ppl, ppl_stderr, n_scored_tokens)``."""
@@ -164,7 +170,7 @@ def perplexity(model_path: Union[str, os.PathLike], text: Optional[str] = None, 
             need = n_ctx + (max_windows - 1) * (n_ctx if stride is None else stride)
         tokens = _tokenize_enough(model, text, need)
         return perplexity_tokens(model, tokens, n_ctx, stride=stride, n_batch=n_batch, n_threads=n_threads,
-                                 max_windows=max_windows, progress=progress)
+                                 max_windows=max_windows, progress=progress, sparse=sparse, stats=stats)
     finally:
         model.close()
 
@@ -184,6 +190,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("-b", "--batch", type=int, default=512, help="tokens per evaluation batch (default 512)")
     p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: all cores)")
     p.add_argument("--max-windows", type=int, default=None, help="evaluate at most N windows")
+    p.add_argument("--sparse", default="off", choices=["off", "exact", "predictor", "threshold", "auto"],
+                   help="sparse FFN mode (default off)")
     p.set_defaults(func=main)
 
 
@@ -204,7 +212,8 @@ def main(args) -> int:
         print(f"[{i}/{n}] ppl = {running:.4f} ({scored} tokens)", flush=True)
 
     ppl, err, n = perplexity(args.model, text, n_ctx=args.ctx, stride=args.stride, n_batch=args.batch,
-                             n_threads=args.threads, max_windows=args.max_windows, progress=show)
+                             n_threads=args.threads, max_windows=args.max_windows, progress=show,
+                             sparse=args.sparse)
     print(f"final: ppl = {ppl:.4f} +/- {err:.4f} over {n} tokens")
     sys.stdout.flush()
     return 0

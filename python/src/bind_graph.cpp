@@ -287,8 +287,13 @@ struct Graph {
                 if (s[1]->ne[0] != s[0]->ne[1]) throw nb::value_error("sparse_predict: fc2 [n, r] and fc1 [r, d] differ in r");
                 r = ggml_sparse_predict(ctx, s[0], s[1], x, thr);
             } else {
-                r = ggml_sparse_select(ctx, x, thr);
+                r = iparam(params, "abs", 0) ? ggml_sparse_select_abs(ctx, x, thr) : ggml_sparse_select(ctx, x, thr);
             }
+        } else if (name == "sparse_mask") {
+            need(1, 1);
+            f32(s[0], "a");
+            if (s[0]->ne[2] != 1 || s[0]->ne[3] != 1) throw nb::value_error("sparse_mask: input must be 2-D [T, n]");
+            r = ggml_sparse_mask(ctx, s[0], (float)fparam(params, "threshold", 0.0));
         } else if (name == "mul_mat_sparse_rows" || name == "sparse_down") {
             const bool down = name == "sparse_down";
             need(3, down ? 4 : 3);

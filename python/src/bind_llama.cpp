@@ -186,9 +186,15 @@ nb::capsule context_capsule(const std::shared_ptr<context_holder> &h) {
 
 class Context {
   public:
-    Context(Model &model, uint32_t n_ctx, uint32_t n_batch, int32_t n_threads, nb::handle type_kv) {
+    Context(Model &model, uint32_t n_ctx, uint32_t n_batch, int32_t n_threads, nb::handle type_kv,
+            const std::string &sparse, bool sparse_stats, bool sparse_verify, bool ffn_observe) {
         auto mh = model.holder();
         pinfer_context_params cp = pinfer_context_default_params();
+        cp.sparse_mode = pinfer_sparse_mode_from_name(sparse.c_str());
+        if (cp.sparse_mode < 0)
+            throw nb::value_error(("sparse must be 'off', 'exact', 'predictor', 'threshold' or 'auto', got '" + sparse + "'").c_str());
+        cp.sparse_flags = (sparse_stats ? PINFER_SPARSE_FLAG_STATS : 0u) | (sparse_verify ? PINFER_SPARSE_FLAG_VERIFY : 0u) |
+                          (ffn_observe ? PINFER_SPARSE_FLAG_OBSERVE : 0u);
         cp.n_ctx = n_ctx;
         if (n_batch == 0) throw nb::value_error("n_batch must be positive");
         cp.n_batch = n_batch;
@@ -320,6 +326,63 @@ class Context {
         return d;
     }
     void reset_timings() { pinfer_reset_timings(holder()->p); }
+
+    std::string sparse_mode() const { return pinfer_sparse_mode_name(pinfer_context_sparse_mode(holder()->p)); }
+
+    // Per-layer sparse statistics and the verify summary as plain Python values.
+    nb::dict sparse_stats() const {
+        const auto &h = holder();
+        const int32_t L = pinfer_model_n_layer(h->model->p);
+        pinfer_sparse_stats s;
+        std::vector<pinfer_sparse_layer_stats> ls((size_t)L);
+        if (pinfer_get_sparse_stats(h->p, &s, ls.data(), L) != 0) throw nb::value_error(last_error("sparse_stats").c_str());
+        nb::dict d;
+        d["mode"] = std::string(pinfer_sparse_mode_name(s.mode));
+        d["flops_predictor"] = s.flops_predictor;
+        d["flops_ffn"] = s.flops_ffn;
+        d["flops_dense"] = s.flops_dense;
+        d["n_verified"] = s.n_verified;
+        d["n_argmax_agree"] = s.n_argmax_agree;
+        d["max_logit_diff"] = s.max_logit_diff;
+        d["max_logit_abs"] = s.max_logit_abs;
+        nb::list layers;
+        for (const auto &l : ls) {
+            nb::dict e;
+            e["n_tokens"] = l.n_tokens;
+            e["active_frac"] = l.active_frac;
+            e["computed_frac"] = l.computed_frac;
+            e["recall"] = l.recall;
+            e["true_active_frac"] = l.true_active_frac;
+            e["flops_predictor"] = l.flops_predictor;
+            e["flops_ffn"] = l.flops_ffn;
+            e["flops_dense"] = l.flops_dense;
+            layers.append(e);
+        }
+        d["layers"] = layers;
+        return d;
+    }
+    void reset_sparse_stats() { pinfer_reset_sparse_stats(holder()->p); }
+
+    float act_quantile(int32_t il, double q) const {
+        float t;
+        if (pinfer_ffn_act_quantile(holder()->p, il, q, &t) != 0) throw nb::value_error(last_error("act_quantile").c_str());
+        return t;
+    }
+    int64_t observed_tokens(int32_t il) const {
+        const int64_t n = pinfer_ffn_observed_tokens(holder()->p, il);
+        if (n < 0) throw nb::value_error(last_error("observed_tokens").c_str());
+        return n;
+    }
+    nb::ndarray<nb::numpy, int64_t> neuron_counts(int32_t il) const {
+        const auto &h = holder();
+        const int32_t need = pinfer_ffn_neuron_counts(h->p, il, nullptr, 0);
+        if (need == INT32_MIN) throw nb::value_error(last_error("neuron_counts").c_str());
+        const size_t k = (size_t)-need;
+        int64_t *buf = new int64_t[k];
+        pinfer_ffn_neuron_counts(h->p, il, buf, (int32_t)k);
+        nb::capsule owner(buf, [](void *p) noexcept { delete[] (int64_t *)p; });
+        return nb::ndarray<nb::numpy, int64_t>(buf, {k}, owner);
+    }
 
     int32_t n_vocab() const { return n_vocab_; }
 
@@ -504,10 +567,22 @@ void bind_llama(nb::module_ &m) {
              "Format [(role, content), ...] with the built-in template formatter (not Jinja).");
 
     nb::class_<Context>(m, "Context", "KV cache, compute buffers and threads for one model.")
-        .def(nb::init<Model &, uint32_t, uint32_t, int32_t, nb::handle>(), nb::arg("model"), nb::arg("n_ctx") = 0,
-             nb::arg("n_batch") = 512, nb::arg("n_threads") = 0, nb::arg("type_kv") = "f16",
+        .def(nb::init<Model &, uint32_t, uint32_t, int32_t, nb::handle, const std::string &, bool, bool, bool>(),
+             nb::arg("model"), nb::arg("n_ctx") = 0, nb::arg("n_batch") = 512, nb::arg("n_threads") = 0,
+             nb::arg("type_kv") = "f16", nb::arg("sparse") = "off", nb::arg("sparse_stats") = false,
+             nb::arg("sparse_verify") = false, nb::arg("ffn_observe") = false,
              "n_ctx 0: the model's training context (at most 4096); n_threads <= 0: all cores; "
-             "type_kv: KV cache element type, 'f16' (or 1) or 'f32' (or 0, for exact comparisons).")
+             "type_kv: KV cache element type, 'f16' (or 1) or 'f32' (or 0, for exact comparisons); "
+             "sparse: FFN mode 'off', 'exact', 'predictor', 'threshold' or 'auto'; sparse_stats / sparse_verify: "
+             "collect per-layer statistics (verify also runs a dense twin); ffn_observe: |act| histograms.")
+        .def_prop_ro("sparse_mode", &Context::sparse_mode, "The sparse FFN mode this context runs (auto resolved).")
+        .def("sparse_stats", &Context::sparse_stats, "Per-layer active fractions, FLOPs, recall, logit difference.")
+        .def("reset_sparse_stats", &Context::reset_sparse_stats)
+        .def("act_quantile", &Context::act_quantile, nb::arg("layer"), nb::arg("q"),
+             "Observer: threshold t with a fraction q of the observed |act(gate)| values <= t.")
+        .def("observed_tokens", &Context::observed_tokens, nb::arg("layer"))
+        .def("neuron_counts", &Context::neuron_counts, nb::arg("layer"),
+             "Observer: int64 [n_ff] tokens where each neuron was active.")
         .def("close", &Context::close)
         .def_prop_ro("closed", &Context::closed)
         .def("decode", &Context::decode_array, nb::arg("tokens"), nb::arg("all_logits") = false,

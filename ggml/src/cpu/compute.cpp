@@ -45,6 +45,7 @@ static forward_fn forward_table(ggml_op op) {
         case GGML_OP_SPARSE_SELECT: return ggml_compute_forward_sparse_select;
         case GGML_OP_MUL_MAT_SPARSE_ROWS: return ggml_compute_forward_mul_mat_sparse_rows;
         case GGML_OP_SPARSE_DOWN: return ggml_compute_forward_sparse_down;
+        case GGML_OP_SPARSE_MASK: return ggml_compute_forward_sparse_mask;
         default: return nullptr;
     }
 }

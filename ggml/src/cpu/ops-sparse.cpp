@@ -24,6 +24,7 @@
 //   entries zeroed, converted once, one vec_dot per output over [begin, end).
 // Scattered rows are prefetched in software several rows ahead; at decode the
 // TLB dominates with 4 KiB pages (docs/sparse-bench.md: weights want 2 MiB pages).
+#include <math.h>
 #include <string.h>
 
 #include <algorithm>
@@ -139,15 +140,17 @@ extern "C" void ggml_compute_forward_sparse_select(const ggml_compute_params *pa
     const ggml_tensor *p = dst->src[0];
     float thr;
     memcpy(&thr, &dst->op_params[0], sizeof(thr));
+    const bool use_abs = dst->op_params[1] != 0;
     const int64_t n = p->ne[0], T = p->ne[1], C = dst->ne[1];
     const int ith = params->ith, nth = params->nth;
     int64_t *counts = (int64_t *)params->wdata;  // [nth][C]
     int64_t i0, i1;
     ggml_split_range(n, ith, nth, &i0, &i1);
     auto prow = [&](int64_t t) { return (const float *)((const char *)p->data + t * p->nb[1]); };
+    auto on = [&](float v) { return (use_abs ? fabsf(v) : v) > thr; };
     auto active_any = [&](int64_t i) {
         for (int64_t t = 0; t < T; t++)
-            if (prow(t)[i] > thr) return true;
+            if (on(prow(t)[i])) return true;
         return false;
     };
 
@@ -155,7 +158,7 @@ extern "C" void ggml_compute_forward_sparse_select(const ggml_compute_params *pa
         int64_t k = 0;
         if (c < T) {
             const float *x = prow(c);
-            for (int64_t i = i0; i < i1; i++) k += x[i] > thr;
+            for (int64_t i = i0; i < i1; i++) k += on(x[i]);
         } else {
             for (int64_t i = i0; i < i1; i++) k += active_any(i);
         }
@@ -174,7 +177,7 @@ extern "C" void ggml_compute_forward_sparse_select(const ggml_compute_params *pa
         if (c < T) {
             const float *x = prow(c);
             for (int64_t i = i0; i < i1; i++)
-                if (x[i] > thr) *ids++ = (int32_t)i;
+                if (on(x[i])) *ids++ = (int32_t)i;
         } else {
             for (int64_t i = i0; i < i1; i++)
                 if (active_any(i)) *ids++ = (int32_t)i;
@@ -182,6 +185,22 @@ extern "C" void ggml_compute_forward_sparse_select(const ggml_compute_params *pa
         if (ith == 0) out[0] = (int32_t)total;
         if (ith == nth - 1)
             for (int64_t j = 1 + total; j <= n; j++) out[j] = -1;  // defined bytes past the list
+    }
+}
+
+// ---------------------------------------------------------------- mask
+
+extern "C" void ggml_compute_forward_sparse_mask(const ggml_compute_params *params, ggml_tensor *dst) {
+    const ggml_tensor *a = dst->src[0];
+    float thr;
+    memcpy(&thr, &dst->op_params[0], sizeof(thr));
+    const int64_t n = a->ne[0], T = a->ne[1];
+    int64_t t0, t1;
+    ggml_split_range(T, params->ith, params->nth, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++) {
+        const float *x = (const float *)((const char *)a->data + t * a->nb[1]);
+        float *y = (float *)((char *)dst->data + t * dst->nb[1]);
+        for (int64_t i = 0; i < n; i++) y[i] = fabsf(x[i]) > thr ? x[i] : 0.0f;
     }
 }
 

@@ -52,6 +52,7 @@ GGML_DECLARE_FORWARD(argmax)
 GGML_DECLARE_FORWARD(sparse_select)
 GGML_DECLARE_FORWARD(mul_mat_sparse_rows)
 GGML_DECLARE_FORWARD(sparse_down)
+GGML_DECLARE_FORWARD(sparse_mask)
 #undef GGML_DECLARE_FORWARD
 
 size_t ggml_mul_mat_work_size(const struct ggml_tensor *node, int n_threads);
