@@ -218,7 +218,7 @@ def main(argv=None) -> int:
     ap.add_argument("--noise", type=float, default=0.1, help="full-rank gate part, as a std relative to the low-rank part")
     ap.add_argument("--embd-u", type=float, default=0.4, help="cosine of every token embedding with the common direction")
     ap.add_argument("--resid-scale", type=float, default=0.3, help="RMS of each block's output relative to the residual's")
-    ap.add_argument("--cal", type=int, nargs=2, default=[4, 64], metavar=("SEQS", "LEN"), help="calibration batch")
+    ap.add_argument("--cal", type=int, nargs=2, default=[8, 64], metavar=("SEQS", "LEN"), help="calibration batch")
     ap.add_argument("--heldout", type=int, nargs=2, default=[4, 64], metavar=("SEQS", "LEN"), help="measurement batch")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-ext", action="store_true", help="write the plain file only")
@@ -315,13 +315,28 @@ def main(argv=None) -> int:
         V = unit(randn(r, D)) / np.float32(math.sqrt(r))  # rows: directions / sqrt(r)
         C = randn(N_FF, r)
         f = f_design if args.order == "hot-first" else f_design[rng.permutation(N_FF)]
-        gate = C @ V + randn(N_FF, D, scale=args.noise / math.sqrt(D))
-        s = x_cal @ gate.T  # [tokens, n]: the part without the offset
-        t = (s.std(0) * ndtri(f) - s.mean(0)) / m
+        E = randn(N_FF, D, scale=args.noise / math.sqrt(D))
+        gate = C @ V + E
+        # z_i = t_i (u.x) + c_i.(V x) + e_i.x. Its mean and variance come from the
+        # statistics of the (r+1)-vector y = (u.x, V x) over the calibration batch
+        # (shared by all neurons, so no per-neuron sampling error that would bias
+        # rare neurons upwards) plus e_i . mean(x) and the noise variance.
+        y = x_cal @ np.concatenate([u[None, :], V]).T
+        ym, yc = y.mean(0), np.cov(y.T)
+        xm = x_cal.mean(0)
+        mu = C @ ym[1:] + E @ xm
+        var_s = np.einsum("ij,jk,ik->i", C, yc[1:, 1:], C) + args.noise ** 2 * (1 - float(xm @ xm) / D)
+        cov_us = C @ yc[0, 1:]
+        q = ndtri(f)
+        t = (q * np.sqrt(var_s) - mu) / ym[0]
+        for _ in range(8):  # solve (t m + mu) / sd(t) = q, sd^2 = t^2 var(u.x) + 2 t cov + var_s
+            sd = np.sqrt(np.maximum(t * t * yc[0, 0] + 2 * t * cov_us + var_s, 1e-12))
+            t = (q * sd - mu) / ym[0]
+        del E, y
         gate += np.outer(t.astype(np.float32), u)
-        del s
-        # Quantization noise pushes rare neurons towards 50%: shift every offset by
-        # one delta (bisection) so the calibration density after quantization is the target.
+        # What remains (quantization noise pushes rare neurons towards 50%, the
+        # Gaussian model's error): shift every offset by one delta (bisection) so
+        # the calibration density after quantization is the target.
         ux = x_cal @ u
         delta = 0.0
         for _ in range(2):
