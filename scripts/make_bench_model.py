@@ -61,7 +61,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def import_pinfer():
     """An installed pinfer, or (PINFER_BUILD_DIR=<cmake build dir>) python/ plus that build's _core."""
     build = os.environ.get("PINFER_BUILD_DIR")
-    if build:
+    if build and "pinfer._core" not in sys.modules:
         import glob
         import importlib.util
         root = os.path.dirname(HERE)

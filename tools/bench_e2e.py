@@ -154,8 +154,8 @@ def main(argv=None) -> int:
     if pin.has_stats:
         for s, (_, ext, _) in files.items():
             for mode in modes:
-                _, _, err = pin.run(ext, mode, threads[0], extra=["--sparse-stats"])
-                stats[(s, mode)] = [ln for ln in err.splitlines() if "spars" in ln.lower() or "activ" in ln.lower()]
+                _, _, err = pin.run(ext, mode, threads[0], extra=["--sparse-stats", "--sparse-verify"])
+                stats[(s, mode)] = [ln for ln in err.splitlines() if "sparse" in ln.lower()]
 
     configs = []
     for t in threads:
@@ -211,7 +211,7 @@ def main(argv=None) -> int:
                                     "same_text_as_dense": checks.get((s, mode))})
     for (s, mode), lines in stats.items():
         print(f"\n--sparse-stats s={s:.2f} {mode}:")
-        for ln in lines[-12:]:
+        for ln in lines:
             print("   " + ln)
     if args.json:
         with open(args.json, "w") as fh:
