@@ -204,9 +204,13 @@ class Quant:
 
 
 def main(argv=None) -> int:
+    global D, N_FF, N_HEAD, HEAD_DIM  # the shapes every helper above uses
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=None, help="output stem (default ~/.cache/pinfer-bench/llama7b-L{layers}-{type}-s{pct})")
     ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--dim", type=int, default=D, help="hidden size (LLaMA-7B: 4096; smaller for tests)")
+    ap.add_argument("--ff", type=int, default=N_FF, help="FFN size (LLaMA-7B: 11008)")
+    ap.add_argument("--heads", type=int, default=N_HEAD, help="attention heads (LLaMA-7B: 32)")
     ap.add_argument("--vocab", type=int, default=49152)
     ap.add_argument("--type", default="q4_0", choices=["q4_0", "q8_0", "f16"], help="type of the 2-D weights")
     ap.add_argument("--sparsity", type=float, default=0.9, help="target FFN activation sparsity (fraction of zeros)")
@@ -223,9 +227,14 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-ext", action="store_true", help="write the plain file only")
     args = ap.parse_args(argv)
+    D, N_FF, N_HEAD = args.dim, args.ff, args.heads
+    HEAD_DIM = D // N_HEAD
+    if D % N_HEAD or HEAD_DIM % 2 or D % 32 or N_FF % 32:
+        raise SystemExit("--dim must split into --heads even-sized heads; --dim and --ff multiples of 32")
 
+    shape = "llama7b" if (D, N_FF, N_HEAD) == (4096, 11008, 32) else f"d{D}-ff{N_FF}-h{N_HEAD}"
     stem = args.out or os.path.join(os.path.expanduser("~/.cache/pinfer-bench"),
-                                    f"llama7b-L{args.layers}-{args.type}-s{round(args.sparsity * 100)}")
+                                    f"{shape}-L{args.layers}-{args.type}-s{round(args.sparsity * 100)}")
     os.makedirs(os.path.dirname(os.path.abspath(stem)), exist_ok=True)
     plain, ext, report_path = stem + ".gguf", stem + ".ext.gguf", stem + ".json"
     rng = np.random.default_rng(args.seed)
@@ -240,7 +249,7 @@ def main(argv=None) -> int:
     w = _core.GGUFWriter()
     T = _core
     w.add("general.architecture", "llama", T.GGUF_TYPE_STRING)
-    w.add("general.name", f"pinfer-bench llama7b-shape L{args.layers} {args.type} sparsity {args.sparsity}", T.GGUF_TYPE_STRING)
+    w.add("general.name", f"pinfer-bench {D}x{N_FF} L{args.layers} {args.type} sparsity {args.sparsity}", T.GGUF_TYPE_STRING)
     ftype = {"q4_0": 2, "q8_0": 7, "f16": 1}[args.type]
     w.add("general.file_type", ftype, T.GGUF_TYPE_UINT32)
     for k, v in (("context_length", N_CTX), ("embedding_length", D), ("block_count", args.layers),
