@@ -34,7 +34,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROMPT = "The quick brown fox jumps over the lazy dog"  # 20 tokens of the byte-level vocab
+PROMPT = "The quick brown fox jumps over the lazy dog"  # 38 tokens of the byte-level vocab
 EVAL_RE = re.compile(r"eval time =\s*([\d.]+) ms /\s*(\d+) tokens")
 
 
