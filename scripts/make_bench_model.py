@@ -180,8 +180,10 @@ def unit(v: np.ndarray) -> np.ndarray:
 
 
 def ndtri(p: np.ndarray) -> np.ndarray:
-    from scipy.special import ndtri as f  # inverse normal CDF
-    return f(p)
+    """Inverse standard normal CDF, elementwise (statistics.NormalDist: no scipy needed)."""
+    from statistics import NormalDist
+    inv = NormalDist().inv_cdf
+    return np.array([inv(float(v)) for v in np.ravel(p)]).reshape(np.shape(p))
 
 
 class Quant:
