@@ -30,24 +30,7 @@ BORDER = 1e-5  # |gate| below this may round either way between float32 and floa
 
 
 def make_model(d, act, seed=1):
-    """A tiny llama with real activation sparsity: residual channel 0 is held at a
-    constant (embeddings set it, no layer writes it) and every gate row reads it
-    with its own negative weight, a per-neuron bias that skews the frequencies."""
-    os.makedirs(d, exist_ok=True)
-    m = tinymodel.make_hf_model(n_embd=64, n_layer=2, n_ff=128, act=act, seed=seed)
-    g = torch.Generator().manual_seed(seed + 10)
-    with torch.no_grad():
-        m.model.embed_tokens.weight[:, 0] = 4.0
-        for layer in m.model.layers:
-            layer.self_attn.o_proj.weight[0, :] = 0.0
-            layer.mlp.down_proj.weight[0, :] = 0.0
-            layer.post_attention_layernorm.weight[0] = 1.0
-            n = layer.mlp.gate_proj.weight.shape[0]
-            layer.mlp.gate_proj.weight[:, 0] = -0.6 * torch.rand(n, generator=g)
-    m.config.architectures = ["LlamaForCausalLM"]
-    tinymodel.write_bpe_tokenizer(d, "gpt2")
-    m.save_pretrained(d)
-    return m
+    return tinymodel.make_sparse_hf_llama(d, act=act, seed=seed, shift=0.6)
 
 
 def reference(model, d):

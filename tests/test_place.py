@@ -32,36 +32,12 @@ GIB = float(1 << 30)
 
 
 def make_model(d, seed=3):
-    """A tiny ReGLU llama whose neurons fire with skewed frequencies: residual channel 0
-    is a constant (set by the embeddings, written by no layer) that every gate row reads
-    with its own negative weight (a per-neuron bias)."""
-    os.makedirs(d, exist_ok=True)
-    m = tinymodel.make_hf_model(n_embd=64, n_layer=2, n_ff=128, act="relu", seed=seed)
-    g = torch.Generator().manual_seed(seed + 10)
-    with torch.no_grad():
-        m.model.embed_tokens.weight[:, 0] = 4.0
-        for layer in m.model.layers:
-            layer.self_attn.o_proj.weight[0, :] = 0.0
-            layer.mlp.down_proj.weight[0, :] = 0.0
-            layer.post_attention_layernorm.weight[0] = 1.0
-            n = layer.mlp.gate_proj.weight.shape[0]
-            layer.mlp.gate_proj.weight[:, 0] = -0.8 * torch.rand(n, generator=g)
-    m.config.architectures = ["LlamaForCausalLM"]
-    tinymodel.write_bpe_tokenizer(d, "gpt2")
-    m.save_pretrained(d)
-    return m
+    """A tiny ReGLU llama whose neurons fire with skewed frequencies."""
+    return tinymodel.make_sparse_hf_llama(d, act="relu", seed=seed, shift=0.8)
 
 
 def run_cli(*args):
-    build = os.environ.get("PINFER_BUILD_DIR")
-    if build:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        exe = os.path.join(build if os.path.isabs(build) else os.path.join(root, build), "pinfer-cli")
-    else:
-        import shutil
-
-        exe = shutil.which("pinfer-cli")
-    r = subprocess.run([exe, *map(str, args)], capture_output=True, timeout=60)
+    r = subprocess.run([cli.find_tool("pinfer-cli"), *map(str, args)], capture_output=True, timeout=60)
     r.stdout, r.stderr = r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace")
     return r
 

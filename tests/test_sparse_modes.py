@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch
 import transformers  # noqa: F401,E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -333,15 +333,9 @@ def test_llama_class_sparse(models):
 # ---------------------------------------------------------------- CLI
 
 def cli(*args):
-    build = os.environ.get("PINFER_BUILD_DIR")
-    if build:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        exe = os.path.join(build if os.path.isabs(build) else os.path.join(root, build), "pinfer-cli")
-    else:
-        import shutil
+    from pinfer.cli import find_tool
 
-        exe = shutil.which("pinfer-cli")
-    r = subprocess.run([exe, *map(str, args)], capture_output=True, timeout=60)
+    r = subprocess.run([find_tool("pinfer-cli"), *map(str, args)], capture_output=True, timeout=60)
     r.stdout, r.stderr = r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace")
     return r
 

@@ -351,3 +351,27 @@ def write_spm_tokenizer(out_dir: str, n_vocab: int = 320) -> int:
     with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
         json.dump({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": True}, f)
     return spm.SentencePieceProcessor(model_file=os.path.join(out_dir, "tokenizer.model")).vocab_size()
+
+
+def make_sparse_hf_llama(d, act="relu", seed=1, shift=0.6):
+    """A tiny llama (saved as a Hugging Face directory d) with real activation
+    sparsity: residual channel 0 is held at a constant (the embeddings set it, no
+    layer writes it) and every gate row reads it with its own negative weight in
+    [-shift, 0), a per-neuron bias that skews the firing frequencies."""
+    import torch
+
+    os.makedirs(d, exist_ok=True)
+    m = make_hf_model(n_embd=64, n_layer=2, n_ff=128, act=act, seed=seed)
+    g = torch.Generator().manual_seed(seed + 10)
+    with torch.no_grad():
+        m.model.embed_tokens.weight[:, 0] = 4.0
+        for layer in m.model.layers:
+            layer.self_attn.o_proj.weight[0, :] = 0.0
+            layer.mlp.down_proj.weight[0, :] = 0.0
+            layer.post_attention_layernorm.weight[0] = 1.0
+            n = layer.mlp.gate_proj.weight.shape[0]
+            layer.mlp.gate_proj.weight[:, 0] = -shift * torch.rand(n, generator=g)
+    m.config.architectures = ["LlamaForCausalLM"]
+    write_bpe_tokenizer(d, "gpt2")
+    m.save_pretrained(d)
+    return m
