@@ -279,12 +279,15 @@ extern "C" void ggml_compute_forward_mul_mat_sparse_rows(const ggml_compute_para
     const ggml_vec_dot_t vec_dot = tw->vec_dot;
     const size_t wbytes = ggml_row_size(w->type, K);
     auto wrow_of = [&](int64_t a) { return (const char *)w->data + (int64_t)l.ids[a] * w->nb[1]; };
-    const int64_t ahead = prefetch_rows(wbytes);
+    // Scattered rows need software prefetch; a contiguous run of active rows is
+    // one sequential stream that the hardware prefetcher already follows.
+    const bool contiguous = a1 > a0 && l.ids[a1 - 1] - l.ids[a0] == a1 - 1 - a0;
+    const int64_t ahead = contiguous ? 0 : prefetch_rows(wbytes);
     for (int64_t a = a0; a < std::min(a1, a0 + ahead); a++) prefetch_bytes(wrow_of(a), wbytes);
     int64_t cur = lo;
     for (int64_t a = a0; a < a1; a++) {
         const int64_t i = l.ids[a];
-        if (a + ahead < a1) prefetch_bytes(wrow_of(a + ahead), wbytes);
+        if (ahead && a + ahead < a1) prefetch_bytes(wrow_of(a + ahead), wbytes);
         if (i < cur || i >= hi) bad_list(op, i);
         zero(cur, i);
         const char *wrow = (const char *)w->data + i * w->nb[1];
