@@ -63,7 +63,7 @@ struct ggml_threadpool {
     std::mutex mu;
     std::condition_variable cv;
     std::atomic<uint64_t> generation{0};
-    bool stop = false;
+    std::atomic<bool> stop{false};  // read by workers that skipped the condition-variable wait
     ggml_cgraph *graph = nullptr;
 
     // sense-reversing barrier; waiters past their spin sleep on `phase`
