@@ -2,7 +2,7 @@
 // one buffer, reusing the space of intermediates whose last reader has run.
 #include <cstdlib>
 #include <cstring>
-#include <unordered_map>
+#include <algorithm>
 #include <vector>
 
 #include "ggml-impl.h"
@@ -70,6 +70,27 @@ ggml_tensor *base_of(ggml_tensor *t) { return t->view_src ? t->view_src : t; }
 struct ggml_gallocr {
     void *buffer = nullptr;
     size_t size = 0;
+    // Planning scratch, kept between calls so that re-planning a graph of the
+    // same size (every decoded token) allocates nothing.
+    std::vector<ggml_tensor *> keys;  // open-addressing set: tensor -> slot
+    std::vector<int> slot_of;
+    std::vector<int> last_use;        // per slot: last node index reading it
+    std::vector<size_t> offset;       // per slot: SIZE_MAX = not placed by us
+    offset_allocator alloc;
+
+    // Slot of t (inserting it), or of t if present when insert is false (-1 if absent).
+    int slot(ggml_tensor *t, bool insert, int *n_slots) {
+        const size_t mask = keys.size() - 1;
+        for (size_t h = ((uintptr_t)t >> 4) & mask;; h = (h + 1) & mask) {
+            if (keys[h] == t) return slot_of[h];
+            if (!keys[h]) {
+                if (!insert) return -1;
+                keys[h] = t;
+                slot_of[h] = (*n_slots)++;
+                return slot_of[h];
+            }
+        }
+    }
 };
 
 ggml_gallocr *ggml_gallocr_new(void) { return new ggml_gallocr(); }
@@ -85,53 +106,69 @@ size_t ggml_gallocr_buffer_size(const ggml_gallocr *a) { return a->size; }
 bool ggml_gallocr_alloc_graph(ggml_gallocr *a, ggml_cgraph *g) {
     const int n_nodes = ggml_graph_n_nodes(g);
     const int n_leafs = ggml_graph_n_leafs(g);
+    const int n_total = n_nodes + n_leafs;
+
+    // Every node and leaf gets a slot; the set is twice as large as needed.
+    size_t cap = 16;
+    while (cap < 2 * (size_t)n_total) cap *= 2;
+    if (a->keys.size() < cap) {
+        a->keys.resize(cap);
+        a->slot_of.resize(cap);
+    }
+    std::fill(a->keys.begin(), a->keys.end(), nullptr);
+    if ((int)a->last_use.size() < n_total) {
+        a->last_use.resize(n_total);
+        a->offset.resize(n_total);
+    }
+    int n_slots = 0;
+    for (int i = 0; i < n_leafs; i++) a->slot(ggml_graph_leaf(g, i), true, &n_slots);
+    for (int i = 0; i < n_nodes; i++) a->slot(ggml_graph_node(g, i), true, &n_slots);
+    std::fill(a->last_use.begin(), a->last_use.begin() + n_slots, -1);
+    std::fill(a->offset.begin(), a->offset.begin() + n_slots, SIZE_MAX);
+    auto slot = [&](ggml_tensor *t) { return a->slot(t, false, &n_slots); };
 
     // Tensors that need memory from us: bases without data.
     auto needs = [](ggml_tensor *t) { return t->view_src == nullptr && t->data == nullptr; };
 
-    // Last node index that reads each base tensor (through any chain of views).
-    std::unordered_map<ggml_tensor *, int> last_use;
+    // Last node index that reads each base tensor (through any chain of views:
+    // a view's base is always its root, so reading the view reads the base).
     for (int i = 0; i < n_nodes; i++) {
         ggml_tensor *node = ggml_graph_node(g, i);
         for (int s = 0; s < GGML_MAX_SRC; s++) {
-            ggml_tensor *src = node->src[s];
-            if (!src) continue;
-            last_use[base_of(src)] = i;
+            if (!node->src[s]) continue;
+            const int k = slot(base_of(node->src[s]));
+            if (k >= 0) a->last_use[k] = i;
         }
-        // a view node keeps its base alive as long as the view is read
-        if (node->view_src) last_use[node->view_src] = std::max(last_use[node->view_src], i);
-    }
-    // Propagate: a view read at j keeps its base alive until j.
-    for (int i = n_nodes - 1; i >= 0; i--) {
-        ggml_tensor *node = ggml_graph_node(g, i);
-        if (!node->view_src) continue;
-        auto it = last_use.find(node);
-        if (it != last_use.end()) {
-            int &lb = last_use[node->view_src];
-            if (it->second > lb) lb = it->second;
+        if (node->view_src) {  // a view node keeps its base alive as long as the view is read
+            const int k = slot(node->view_src);
+            if (k >= 0) a->last_use[k] = std::max(a->last_use[k], i);
         }
     }
 
-    offset_allocator alloc;
-    std::unordered_map<ggml_tensor *, size_t> offset;
+    offset_allocator &alloc = a->alloc;
+    alloc.free_blocks.clear();
+    alloc.top = 0;
     // Leafs without data (graph inputs) live for the whole graph.
     for (int i = 0; i < n_leafs; i++) {
         ggml_tensor *t = ggml_graph_leaf(g, i);
-        if (needs(t) && !offset.count(t)) offset[t] = alloc.alloc(align_up(ggml_nbytes(t)));
+        const int k = slot(t);
+        if (needs(t) && a->offset[k] == SIZE_MAX) a->offset[k] = alloc.alloc(align_up(ggml_nbytes(t)));
     }
     for (int i = 0; i < n_nodes; i++) {
         ggml_tensor *node = ggml_graph_node(g, i);
-        if (needs(node) && !offset.count(node)) offset[node] = alloc.alloc(align_up(ggml_nbytes(node)));
+        const int kn = slot(node);
+        if (needs(node) && a->offset[kn] == SIZE_MAX) a->offset[kn] = alloc.alloc(align_up(ggml_nbytes(node)));
         // free bases whose last reader is this node
         for (int s = 0; s < GGML_MAX_SRC; s++) {
-            ggml_tensor *src = node->src[s];
-            if (!src) continue;
-            ggml_tensor *b = base_of(src);
-            if (!offset.count(b) || (b->flags & (GGML_TENSOR_FLAG_OUTPUT | GGML_TENSOR_FLAG_INPUT))) continue;
+            if (!node->src[s]) continue;
+            ggml_tensor *b = base_of(node->src[s]);
+            const int k = slot(b);
+            if (k < 0 || a->offset[k] == SIZE_MAX) continue;
+            if (b->flags & (GGML_TENSOR_FLAG_OUTPUT | GGML_TENSOR_FLAG_INPUT)) continue;
             if (b->op == GGML_OP_NONE) continue;  // leaf: kept
-            if (last_use[b] != i) continue;
-            alloc.release(offset[b], align_up(ggml_nbytes(b)));
-            last_use[b] = -1;  // released once
+            if (a->last_use[k] != i) continue;
+            alloc.release(a->offset[k], align_up(ggml_nbytes(b)));
+            a->last_use[k] = -1;  // released once
         }
     }
     const size_t need = alloc.top ? alloc.top : kAlign;
@@ -143,7 +180,12 @@ bool ggml_gallocr_alloc_graph(ggml_gallocr *a, ggml_cgraph *g) {
         a->size = align_up(need);
     }
     char *base = (char *)a->buffer;
-    for (auto &kv : offset) kv.first->data = base + kv.second;
+    auto place = [&](ggml_tensor *t) {
+        const size_t off = a->offset[slot(t)];
+        if (off != SIZE_MAX) t->data = base + off;
+    };
+    for (int i = 0; i < n_leafs; i++) place(ggml_graph_leaf(g, i));
+    for (int i = 0; i < n_nodes; i++) place(ggml_graph_node(g, i));
     // Views get their data from their (now placed) base.
     auto place_view = [](ggml_tensor *t) {
         if (t->view_src && t->view_src->data) t->data = (char *)t->view_src->data + t->view_offs;

@@ -2,6 +2,8 @@
 // thread pool barrier. (Op kernels have their own reference tests.)
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <new>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -11,6 +13,16 @@
 #include "ops.h"
 
 static int failures = 0;
+
+// Counts C++ heap allocations, to check that re-planning allocates nothing.
+static std::atomic<long> g_news{0};
+void *operator new(size_t n) {
+    g_news++;
+    if (void *p = malloc(n ? n : 1)) return p;
+    throw std::bad_alloc();
+}
+void operator delete(void *p) noexcept { free(p); }
+void operator delete(void *p, size_t) noexcept { free(p); }
 #define CHECK(cond)                                                   \
     do {                                                              \
         if (!(cond)) {                                                \
@@ -84,7 +96,9 @@ static void test_graph_and_planner() {
     ggml_cgraph *g2 = ggml_new_graph(ctx2);
     ggml_build_forward_expand(g2, ggml_add(ctx2, c2, x2));
     void *before = x->data;
+    const long news_before = g_news.load();
     CHECK(ggml_gallocr_alloc_graph(a, g2));
+    CHECK(g_news.load() == news_before);  // re-planning the same shape: no heap allocation
     CHECK(ggml_gallocr_buffer_size(a) == size1);
     CHECK(x2->data == before);  // same plan, same place
     ggml_gallocr_free(a);
