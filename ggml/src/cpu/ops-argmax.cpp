@@ -16,10 +16,7 @@ extern "C" void ggml_compute_forward_argmax(const ggml_compute_params *p, ggml_t
     int64_t r0, r1;
     ggml_split_range(ggml_nrows(a), p->ith, p->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
-        const int64_t i1 = r % a->ne[1];
-        const int64_t i2 = (r / a->ne[1]) % a->ne[2];
-        const int64_t i3 = r / (a->ne[1] * a->ne[2]);
-        const char *x = (const char *)a->data + i1 * a->nb[1] + i2 * a->nb[2] + i3 * a->nb[3];
+        const char *x = (const char *)a->data + ggml_row_offset(a, a, r);
         const size_t s = a->nb[0];
         float best = *(const float *)x;
         int32_t bi = 0;

@@ -74,11 +74,8 @@ void copy_rows(const char *name, const ggml_tensor *src, ggml_tensor *dst, int64
         const ggml_type_traits *tts = ggml_get_type_traits(ts);
         const ggml_type_traits *ttd = ggml_get_type_traits(td);
         for (int64_t r = r0; r < r1; r++) {
-            const int64_t i1 = r % src->ne[1];
-            const int64_t i2 = (r / src->ne[1]) % src->ne[2];
-            const int64_t i3 = r / (src->ne[1] * src->ne[2]);
-            const char *x = (const char *)src->data + i1 * src->nb[1] + i2 * src->nb[2] + i3 * src->nb[3];
-            char *y = (char *)dst->data + i1 * dst->nb[1] + i2 * dst->nb[2] + i3 * dst->nb[3];
+            const char *x = (const char *)src->data + ggml_row_offset(src, src, r);
+            char *y = (char *)dst->data + ggml_row_offset(src, dst, r);
             if (ts == td) {
                 memcpy(y, x, ggml_row_size(ts, ne0));
             } else if (ts == GGML_TYPE_F32 && ttd->from_float) {

@@ -25,14 +25,6 @@ void require_f32(const char *op, const ggml_tensor *t) {
     if (t->type != GGML_TYPE_F32) fail(op, "only F32 tensors are supported");
 }
 
-// Byte offset of row r (r counts rows over dims 1..3 of `shape`) in tensor t.
-inline size_t row_offset(const ggml_tensor *shape, const ggml_tensor *t, int64_t r) {
-    const int64_t i1 = r % shape->ne[1];
-    const int64_t i2 = (r / shape->ne[1]) % shape->ne[2];
-    const int64_t i3 = r / (shape->ne[1] * shape->ne[2]);
-    return (size_t)i1 * t->nb[1] + (size_t)i2 * t->nb[2] + (size_t)i3 * t->nb[3];
-}
-
 inline float at(const char *row, size_t nb0, int64_t i) { return *(const float *)(row + (size_t)i * nb0); }
 inline float &at(char *row, size_t nb0, int64_t i) { return *(float *)(row + (size_t)i * nb0); }
 
@@ -59,8 +51,8 @@ void map_unary(const ggml_compute_params *p, ggml_tensor *dst, const char *name,
     int64_t r0, r1;
     ggml_split_range(ggml_nrows(dst), p->ith, p->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
-        const char *ar = (const char *)a->data + row_offset(dst, a, r);
-        char *dr = (char *)dst->data + row_offset(dst, dst, r);
+        const char *ar = (const char *)a->data + ggml_row_offset(dst, a, r);
+        char *dr = (char *)dst->data + ggml_row_offset(dst, dst, r);
         if (a->nb[0] == sizeof(float) && dst->nb[0] == sizeof(float)) {
             const float *x = (const float *)ar;
             float *y = (float *)dr;
@@ -88,8 +80,8 @@ void map_binary(const ggml_compute_params *p, ggml_tensor *dst, const char *name
         const int64_t i1 = r % dst->ne[1];
         const int64_t i2 = (r / dst->ne[1]) % dst->ne[2];
         const int64_t i3 = r / (dst->ne[1] * dst->ne[2]);
-        const char *ar = (const char *)a->data + row_offset(dst, a, r);
-        char *dr = (char *)dst->data + row_offset(dst, dst, r);
+        const char *ar = (const char *)a->data + ggml_row_offset(dst, a, r);
+        char *dr = (char *)dst->data + ggml_row_offset(dst, dst, r);
         const char *br = (const char *)b->data + (size_t)(i1 % b->ne[1]) * b->nb[1] +
                          (size_t)(i2 % b->ne[2]) * b->nb[2] + (size_t)(i3 % b->ne[3]) * b->nb[3];
         if (a->nb[0] == sizeof(float) && b->nb[0] == sizeof(float) && dst->nb[0] == sizeof(float)) {
@@ -121,9 +113,9 @@ void map_gated(const ggml_compute_params *p, ggml_tensor *dst, const char *name,
     int64_t r0, r1;
     ggml_split_range(ggml_nrows(dst), p->ith, p->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
-        const char *ar = (const char *)a->data + row_offset(dst, a, r);
-        const char *br = (const char *)b->data + row_offset(dst, b, r);
-        char *dr = (char *)dst->data + row_offset(dst, dst, r);
+        const char *ar = (const char *)a->data + ggml_row_offset(dst, a, r);
+        const char *br = (const char *)b->data + ggml_row_offset(dst, b, r);
+        char *dr = (char *)dst->data + ggml_row_offset(dst, dst, r);
         if (a->nb[0] == sizeof(float) && b->nb[0] == sizeof(float) && dst->nb[0] == sizeof(float)) {
             const float *x = (const float *)ar;
             const float *y = (const float *)br;

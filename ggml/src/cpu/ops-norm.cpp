@@ -116,11 +116,8 @@ void forward(const ggml_compute_params *p, ggml_tensor *dst, const char *name, R
     int64_t r0, r1;
     ggml_split_range(ggml_nrows(dst), p->ith, p->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
-        const int64_t i1 = r % dst->ne[1];
-        const int64_t i2 = (r / dst->ne[1]) % dst->ne[2];
-        const int64_t i3 = r / (dst->ne[1] * dst->ne[2]);
-        const char *x = (const char *)a->data + i1 * a->nb[1] + i2 * a->nb[2] + i3 * a->nb[3];
-        float *y = (float *)((char *)dst->data + i1 * dst->nb[1] + i2 * dst->nb[2] + i3 * dst->nb[3]);
+        const char *x = (const char *)a->data + ggml_row_offset(dst, a, r);
+        float *y = (float *)((char *)dst->data + ggml_row_offset(dst, dst, r));
         if (a->nb[0] == sizeof(float) && dst->nb[0] == sizeof(float)) {
             row(x, a->nb[0], y, dst->nb[0], n, eps);
         } else {

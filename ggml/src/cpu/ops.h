@@ -29,6 +29,15 @@ static inline void ggml_split_range(int64_t n, int ith, int nth, int64_t *begin,
     *end = *begin + per < n ? *begin + per : n;
 }
 
+// Byte offset in t of row r, where r counts rows over dims 1..3 of `shape`
+// (t has shape's dims 1..3 and any strides): how kernels walk their rows.
+static inline size_t ggml_row_offset(const struct ggml_tensor *shape, const struct ggml_tensor *t, int64_t r) {
+    const int64_t i1 = r % shape->ne[1];
+    const int64_t i2 = (r / shape->ne[1]) % shape->ne[2];
+    const int64_t i3 = r / (shape->ne[1] * shape->ne[2]);
+    return (size_t)i1 * t->nb[1] + (size_t)i2 * t->nb[2] + (size_t)i3 * t->nb[3];
+}
+
 #define GGML_DECLARE_FORWARD(name) \
     void ggml_compute_forward_##name(const struct ggml_compute_params *params, struct ggml_tensor *dst);
 GGML_DECLARE_FORWARD(dup)
