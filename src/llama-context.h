@@ -17,6 +17,7 @@ struct context_params {
     uint32_t n_batch = 512;
     int n_threads = 0;
     ggml_type type_kv = GGML_TYPE_F16;
+    bool prec_high = true;  // MUL_MAT activations to ~16 bits (GGML_PREC_HIGH), else 8 bits as llama.cpp
     sparse_mode sparse = sparse_mode::OFF;  // AUTO resolves at construction
     bool sparse_stats = false;   // per-layer active fractions and FLOPs
     bool sparse_verify = false;  // + predictor recall, and a dense twin for the logit difference

@@ -231,7 +231,19 @@ pinfer_context_params pinfer_context_default_params(void) {
     p.type_kv = GGML_TYPE_F16;
     p.sparse_mode = PINFER_SPARSE_OFF;
     p.sparse_flags = 0;
+    p.precision = PINFER_PREC_HIGH;
     return p;
+}
+
+const char *pinfer_precision_name(int32_t precision) {
+    return precision == PINFER_PREC_HIGH ? "high" : precision == PINFER_PREC_FAST ? "fast" : nullptr;
+}
+
+int32_t pinfer_precision_from_name(const char *name) {
+    if (!name) return -1;
+    if (!strcmp(name, "high")) return PINFER_PREC_HIGH;
+    if (!strcmp(name, "fast")) return PINFER_PREC_FAST;
+    return -1;
 }
 
 pinfer_context *pinfer_context_new(pinfer_model *model, pinfer_context_params params) {
@@ -243,6 +255,9 @@ pinfer_context *pinfer_context_new(pinfer_model *model, pinfer_context_params pa
         p.n_batch = params.n_batch;
         p.n_threads = params.n_threads;
         p.type_kv = (ggml_type)params.type_kv;
+        if (!pinfer_precision_name(params.precision))
+            throw std::invalid_argument("unknown precision " + std::to_string(params.precision) + " (high=0, fast=1)");
+        p.prec_high = params.precision == PINFER_PREC_HIGH;
         if (params.sparse_mode < PINFER_SPARSE_OFF || params.sparse_mode > PINFER_SPARSE_AUTO)
             throw std::invalid_argument("unknown sparse mode " + std::to_string(params.sparse_mode) +
                                         " (off=0, exact=1, predictor=2, threshold=3, auto=4)");

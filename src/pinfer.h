@@ -110,7 +110,18 @@ struct pinfer_context_params {
     int32_t type_kv;     // KV cache element type: 1 = F16 (default), 0 = F32
     int32_t sparse_mode; // PINFER_SPARSE_*: off (default), exact, predictor, threshold, auto
     uint32_t sparse_flags;  // PINFER_SPARSE_FLAG_* (statistics; they cost time)
+    int32_t precision;   // PINFER_PREC_HIGH (default) or PINFER_PREC_FAST
 };
+
+// Precision of the activations that meet quantized weights. HIGH: about 16
+// bits (an 8-bit conversion plus its 8-bit residual, two integer dots per
+// weight read): the logits match a float32 reference of the same weights
+// (SmolLM2 Q4_1: top-1 100% vs transformers). FAST: 8 bits, as llama.cpp
+// (top-1 96%), up to ~1.8x faster prompt processing. BENCHMARKS.md.
+#define PINFER_PREC_HIGH 0
+#define PINFER_PREC_FAST 1
+const char *pinfer_precision_name(int32_t precision);       // "high", "fast"; NULL if unknown
+int32_t pinfer_precision_from_name(const char *name);        // -1 if unknown
 
 // Sparse FFN modes (DESIGN.md "Neuron-aware operators"). pinfer_context_new
 // fails, naming what the file lacks, when the model cannot run the mode;

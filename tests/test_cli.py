@@ -66,11 +66,11 @@ def eos_model(tmp_path_factory):
     return path
 
 
-def greedy_reference(path, prompt, n, n_ctx=256):
+def greedy_reference(path, prompt, n, n_ctx=256, precision="high"):
     """The argmax continuation computed from pinfer's logits through the Python API."""
     m = _core.Model(path)
     toks = m.tokenize(prompt, True, True)
-    ctx = _core.Context(m, n_ctx, 512, 2)
+    ctx = _core.Context(m, n_ctx, 512, 2, precision=precision)
     ctx.decode(toks)
     out = []
     for i in range(n):
@@ -101,7 +101,7 @@ def test_help():
     out = r.stdout.decode()
     for flag in ("--model", "--prompt", "--n-predict", "--ctx-size", "--threads", "--temp", "--top-k",
                  "--top-p", "--min-p", "--repeat-penalty", "--conversation", "--system-prompt", "--escape",
-                 "--no-display-prompt", "--seed", "--batch-size", "--file"):
+                 "--no-display-prompt", "--seed", "--batch-size", "--file", "--precision"):
         assert flag in out
 
 
@@ -121,6 +121,7 @@ def test_help():
     (["-sys", "x"], "needs -cnv"),
     (["-p", "a", "-f", "b"], "either -p or -f"),
     (["-ctk", "q4_0"], "cache type"),
+    (["--precision", "ultra"], "invalid precision 'ultra'"),
 ])
 def test_flag_errors(model, args, message):
     r = run("-m", model, *args)
@@ -203,6 +204,15 @@ def test_greedy_matches_argmax(model, batch):
     n_prompt, n_eval = timings(r.stderr)
     assert n_prompt == len(toks)
     assert n_eval == len(gen) - 1  # the last sampled token is never evaluated
+
+
+@pytest.mark.parametrize("precision", ["high", "fast"])
+def test_precision_flag(model, precision):
+    prompt = "It is a truth universally acknowledged"
+    ref = greedy_reference(model, prompt, 10, precision=precision)[2]
+    r = run("-m", model, "-p", prompt, "-n", 10, "--temp", 0, "-t", 2, "--precision", precision)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == prompt.encode() + ref + b"\n"
 
 
 def test_no_display_prompt_and_file(model, tmp_path):

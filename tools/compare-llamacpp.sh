@@ -6,14 +6,14 @@
 # llama.cpp: pass the path of an existing llama-bench binary.
 #
 #   tools/compare-llamacpp.sh LLAMA_BENCH MODEL.gguf [-t 2] [-p 64,512] [-n 64] [-r 3] [--rounds 2]
-#                              [--pinfer-bench build/pinfer-bench]
+#                              [--pinfer-bench build/pinfer-bench] [--precision high|fast]
 set -euo pipefail
 
 usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [ $# -ge 2 ] || usage
 LB=$1 MODEL=$2
 shift 2
-THREADS=2 PROMPTS=64,512 NGEN=64 REPS=3 ROUNDS=2
+THREADS=2 PROMPTS=64,512 NGEN=64 REPS=3 ROUNDS=2 PREC=high
 PB="$(dirname "$0")/../build/pinfer-bench"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -23,6 +23,7 @@ while [ $# -gt 0 ]; do
     -r) REPS=$2; shift 2 ;;
     --rounds) ROUNDS=$2; shift 2 ;;
     --pinfer-bench) PB=$2; shift 2 ;;
+    --precision) PREC=$2; shift 2 ;;
     *) echo "compare-llamacpp.sh: unknown option '$1'" >&2; usage ;;
   esac
 done
@@ -33,7 +34,7 @@ done
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 echo "model:   $MODEL"
-echo "threads: $THREADS  prompts: $PROMPTS  gen: $NGEN  reps: $REPS  rounds: $ROUNDS"
+echo "threads: $THREADS  prompts: $PROMPTS  gen: $NGEN  reps: $REPS  rounds: $ROUNDS  pinfer precision: $PREC"
 echo "cpu:     $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //') ($(nproc) cpus)"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((round = 1; round <= ROUNDS; round++)); do
@@ -48,7 +49,7 @@ for line in sys.stdin:
     name = "pp%d" % r["n_prompt"] if r["n_gen"] == 0 else "tg%d" % r["n_gen"]
     print(name, max(r["samples_ts"]))
 ' >> "$TMP/llama"
-  "$PB" model -m "$MODEL" -t "$THREADS" -p "$PROMPTS" -n "$NGEN" -r "$REPS" |
+  "$PB" model -m "$MODEL" -t "$THREADS" -p "$PROMPTS" -n "$NGEN" -r "$REPS" --precision "$PREC" |
     awk '$1 ~ /^(pp|tg)[0-9]+$/ { print $1, $2 }' >> "$TMP/pinfer"
 done
 echo "load after:  $(cut -d' ' -f1-3 /proc/loadavg)"

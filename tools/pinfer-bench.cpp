@@ -246,6 +246,7 @@ int cmd_model(int argc, char **argv) {
     std::string path;
     std::vector<int> prompts = {64, 512};
     int n_gen = 64, n_threads = 2, reps = 3;
+    std::string precision = "high";
     for (int i = 0; i < argc; i++) {
         const std::string a = argv[i];
         auto val = [&]() -> std::string {
@@ -262,6 +263,7 @@ int cmd_model(int argc, char **argv) {
         } else if (a == "-n") n_gen = atoi(val().c_str());
         else if (a == "-t") n_threads = atoi(val().c_str());
         else if (a == "-r") reps = atoi(val().c_str());
+        else if (a == "--precision") precision = val();
         else {
             fprintf(stderr, "pinfer-bench model: unknown option '%s'\n", a.c_str());
             return 2;
@@ -283,6 +285,10 @@ int cmd_model(int argc, char **argv) {
         fprintf(stderr, "pinfer-bench model: bad -n, -t or -r\n");
         return 2;
     }
+    if (pinfer_precision_from_name(precision.c_str()) < 0) {
+        fprintf(stderr, "pinfer-bench model: bad --precision '%s' (high or fast)\n", precision.c_str());
+        return 2;
+    }
     pinfer_model *model = pinfer_model_load(path.c_str());
     if (!model) {
         fprintf(stderr, "pinfer-bench: %s\n", pinfer_last_error());
@@ -292,6 +298,7 @@ int cmd_model(int argc, char **argv) {
     cp.n_ctx = (uint32_t)std::max(max_p, n_gen) + 16;
     cp.n_batch = (uint32_t)max_p;
     cp.n_threads = n_threads;
+    cp.precision = pinfer_precision_from_name(precision.c_str());
     pinfer_context *ctx = pinfer_context_new(model, cp);
     if (!ctx) {
         fprintf(stderr, "pinfer-bench: %s\n", pinfer_last_error());

@@ -64,6 +64,7 @@ struct cli_params {
     bool conversation = false;
     bool verbose = false;
     std::string cache_type;  // "" (the library's default), "f16" or "f32"
+    std::string precision = "high";
     std::string sparse = "off";  // FFN mode: off, exact, predictor, threshold, auto
     bool sparse_stats = false;
     bool sparse_verify = false;
@@ -107,6 +108,8 @@ void print_usage(FILE *out, const char *argv0) {
             "                              template; '/exit' or end of input ends (-p is the first turn)\n"
             "  -sys, --system-prompt TEXT  system message for --conversation\n"
             "  -ctk, --cache-type-k TYPE   KV cache type, f16 or f32 (default: f16); -ctv the same\n"
+            "        --precision P         activations meeting quantized weights: high (~16 bits, matches\n"
+            "                              a float reference; default) or fast (8 bits as llama.cpp)\n"
             "        --sparse MODE         FFN mode: off (default), exact, predictor, threshold, auto\n"
             "        --sparse-stats        print per-layer active fraction and predictor cost at the end\n"
             "        --sparse-verify       also run the dense model: predictor recall, logit difference\n"
@@ -251,6 +254,10 @@ cli_params parse_args(int argc, char **argv) {
             if (!p.cache_type.empty() && p.cache_type != t)
                 throw usage_error{"the K and V caches must have the same type (got " + p.cache_type + " and " + t + ")"};
             p.cache_type = t;
+        } else if (a == "--precision") {
+            p.precision = value();
+            if (pinfer_precision_from_name(p.precision.c_str()) < 0)
+                throw usage_error{"invalid precision '" + p.precision + "' (high or fast)"};
         } else if (a == "--sparse") {
             p.sparse = value();
             if (pinfer_sparse_mode_from_name(p.sparse.c_str()) < 0)
@@ -646,6 +653,7 @@ int run(int argc, char **argv) {
         cp.n_threads = p.n_threads;
         if (!p.cache_type.empty()) cp.type_kv = p.cache_type == "f32" ? 0 : 1;
         cp.sparse_mode = pinfer_sparse_mode_from_name(p.sparse.c_str());
+        cp.precision = pinfer_precision_from_name(p.precision.c_str());
         cp.sparse_flags = (p.sparse_stats ? PINFER_SPARSE_FLAG_STATS : 0u) | (p.sparse_verify ? PINFER_SPARSE_FLAG_VERIFY : 0u);
         s.ctx = pinfer_context_new(s.model, cp);
         if (!s.ctx) throw run_error{api_error("cannot create a context")};

@@ -200,6 +200,14 @@ struct ggml_tensor *ggml_norm(struct ggml_context *ctx, struct ggml_tensor *a, f
 // a [K, M, A2, A3] (any weight type, rows contiguous), b [K, N, B2, B3] F32 ->
 // F32 [M, N, B2, B3]; a is broadcast over dims 2,3 (B2 % A2 == 0, B3 % A3 == 0).
 struct ggml_tensor *ggml_mul_mat(struct ggml_context *ctx, struct ggml_tensor *a, struct ggml_tensor *b);
+// Precision of the activations of a weight product (MUL_MAT,
+// MUL_MAT_SPARSE_ROWS, SPARSE_DOWN's dense path). DEFAULT: converted once to
+// the weight type's vec_dot_type (8 bits per value for quantized weights, as
+// llama.cpp does). HIGH: the rounding residual is converted too and dotted
+// with the same weight row while it is in registers or L1, so the product sees
+// the activations to about 16 bits; costs integer work, not weight traffic.
+enum ggml_prec { GGML_PREC_DEFAULT = 0, GGML_PREC_HIGH = 1 };
+void ggml_set_prec(struct ggml_tensor *node, enum ggml_prec prec);
 // a [K, R, ...] any type, idx I32 [n] -> F32 [K, n]
 struct ggml_tensor *ggml_get_rows(struct ggml_context *ctx, struct ggml_tensor *a, struct ggml_tensor *idx);
 enum ggml_rope_mode { GGML_ROPE_NORMAL = 0, GGML_ROPE_NEOX = 2 };

@@ -302,6 +302,12 @@ ggml_tensor *ggml_mul_mat(ggml_context *ctx, ggml_tensor *a, ggml_tensor *b) {
     return r;
 }
 
+void ggml_set_prec(ggml_tensor *t, ggml_prec prec) {
+    if (t->op != GGML_OP_MUL_MAT && t->op != GGML_OP_MUL_MAT_SPARSE_ROWS && t->op != GGML_OP_SPARSE_DOWN)
+        ggml_abort("set_prec: %s is not a weight product", t->name);
+    t->op_params[GGML_PREC_PARAM] = (int32_t)prec;
+}
+
 ggml_tensor *ggml_get_rows(ggml_context *ctx, ggml_tensor *a, ggml_tensor *idx) {
     if (idx->type != GGML_TYPE_I32) ggml_abort("get_rows: indices must be I32");
     ggml_tensor *r = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, a->ne[0], idx->ne[0]);

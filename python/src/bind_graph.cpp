@@ -176,6 +176,13 @@ struct Graph {
         return p.contains(k) ? nb::cast<double>(p[k]) : def;
     }
     static int iparam(const nb::dict &p, const char *k, int def) { return p.contains(k) ? nb::cast<int>(p[k]) : def; }
+    // "prec": "high" | "default" (ggml_set_prec) for the weight products
+    static void set_prec(ggml_tensor *r, const nb::dict &p) {
+        if (!p.contains("prec")) return;
+        const std::string v = nb::cast<std::string>(p["prec"]);
+        if (v != "high" && v != "default") throw nb::value_error(("prec must be 'high' or 'default', got '" + v + "'").c_str());
+        ggml_set_prec(r, v == "high" ? GGML_PREC_HIGH : GGML_PREC_DEFAULT);
+    }
 
     int op(const std::string &name, const std::vector<int> &srcs, nb::dict params) {
         check_room();
@@ -223,6 +230,7 @@ struct Graph {
             if (s[1]->ne[2] % s[0]->ne[2] || s[1]->ne[3] % s[0]->ne[3]) throw nb::value_error("mul_mat: cannot broadcast a over b");
             if (!ggml_is_contiguous_rows(s[0])) throw nb::value_error("mul_mat: rows of a must be contiguous");
             r = ggml_mul_mat(ctx, s[0], s[1]);
+            set_prec(r, params);
         } else if (name == "get_rows") {
             need(2, 2);
             ggml_tensor *idx = s[1];
@@ -331,6 +339,7 @@ struct Graph {
             if (mode < 0 || mode > 2) throw nb::value_error("sparse_down: mode must be 0 (policy), 1 (sparse) or 2 (dense)");
             r = down ? ggml_sparse_down(ctx, w, wd, x, idx, begin, end) : ggml_mul_mat_sparse_rows(ctx, w, x, idx, begin, end);
             if (down) r->op_params[2] = mode;
+            set_prec(r, params);
         } else {
             throw nb::value_error(("unknown op '" + name + "'").c_str());
         }

@@ -187,9 +187,12 @@ nb::capsule context_capsule(const std::shared_ptr<context_holder> &h) {
 class Context {
   public:
     Context(Model &model, uint32_t n_ctx, uint32_t n_batch, int32_t n_threads, nb::handle type_kv,
-            const std::string &sparse, bool sparse_stats, bool sparse_verify, bool ffn_observe) {
+            const std::string &sparse, bool sparse_stats, bool sparse_verify, bool ffn_observe,
+            const std::string &precision) {
         auto mh = model.holder();
         pinfer_context_params cp = pinfer_context_default_params();
+        cp.precision = pinfer_precision_from_name(precision.c_str());
+        if (cp.precision < 0) throw nb::value_error(("precision must be 'high' or 'fast', got '" + precision + "'").c_str());
         cp.sparse_mode = pinfer_sparse_mode_from_name(sparse.c_str());
         if (cp.sparse_mode < 0)
             throw nb::value_error(("sparse must be 'off', 'exact', 'predictor', 'threshold' or 'auto', got '" + sparse + "'").c_str());
@@ -567,14 +570,16 @@ void bind_llama(nb::module_ &m) {
              "Format [(role, content), ...] with the built-in template formatter (not Jinja).");
 
     nb::class_<Context>(m, "Context", "KV cache, compute buffers and threads for one model.")
-        .def(nb::init<Model &, uint32_t, uint32_t, int32_t, nb::handle, const std::string &, bool, bool, bool>(),
+        .def(nb::init<Model &, uint32_t, uint32_t, int32_t, nb::handle, const std::string &, bool, bool, bool,
+                      const std::string &>(),
              nb::arg("model"), nb::arg("n_ctx") = 0, nb::arg("n_batch") = 512, nb::arg("n_threads") = 0,
              nb::arg("type_kv") = "f16", nb::arg("sparse") = "off", nb::arg("sparse_stats") = false,
-             nb::arg("sparse_verify") = false, nb::arg("ffn_observe") = false,
+             nb::arg("sparse_verify") = false, nb::arg("ffn_observe") = false, nb::arg("precision") = "high",
              "n_ctx 0: the model's training context (at most 4096); n_threads <= 0: all cores; "
              "type_kv: KV cache element type, 'f16' (or 1) or 'f32' (or 0, for exact comparisons); "
              "sparse: FFN mode 'off', 'exact', 'predictor', 'threshold' or 'auto'; sparse_stats / sparse_verify: "
-             "collect per-layer statistics (verify also runs a dense twin); ffn_observe: |act| histograms.")
+             "collect per-layer statistics (verify also runs a dense twin); ffn_observe: |act| histograms; "
+             "precision: activations meeting quantized weights, 'high' (~16 bits) or 'fast' (8 bits, as llama.cpp).")
         .def_prop_ro("sparse_mode", &Context::sparse_mode, "The sparse FFN mode this context runs (auto resolved).")
         .def("sparse_stats", &Context::sparse_stats, "Per-layer active fractions, FLOPs, recall, logit difference.")
         .def("reset_sparse_stats", &Context::reset_sparse_stats)

@@ -6,7 +6,10 @@
 // the reference is the float64 dot of the dequantized weights with the
 // dequantized, reference-quantized activations: it checks the plumbing to
 // float rounding. A looser check against the exact activations bounds the
-// total error too.
+// total error too. With GGML_PREC_HIGH the reference activations are the
+// converted row plus its converted residual, and the bound against the exact
+// product is 60x tighter.
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -39,7 +42,7 @@ enum b_layout { B_CONTIG, B_TRANSPOSED, B_PERMUTED };
 
 // a [K, M, A2, A3] of type t, b [K, N, B2, B3] F32 in the given layout.
 static void run_case(ggml_type t, int64_t K, int64_t M, int64_t N, int64_t A2, int64_t A3, int64_t B2, int64_t B3,
-                     b_layout lay) {
+                     b_layout lay, bool high = false) {
     const ggml_type_traits *tr = ggml_get_type_traits(t);
     const ggml_type vdt = tr->vec_dot_type;
     const ggml_type_traits *tv = ggml_get_type_traits(vdt);
@@ -82,6 +85,7 @@ static void run_case(ggml_type t, int64_t K, int64_t M, int64_t N, int64_t A2, i
     }
 
     ggml_tensor *out = ggml_mul_mat(ctx, a, b);
+    if (high) ggml_set_prec(out, GGML_PREC_HIGH);
     CHECK(out->type == GGML_TYPE_F32 && out->ne[0] == M && out->ne[1] == N && out->ne[2] == B2 && out->ne[3] == B3,
           "result shape");
     ggml_cgraph *g = ggml_new_graph(ctx);
@@ -93,9 +97,15 @@ static void run_case(ggml_type t, int64_t K, int64_t M, int64_t N, int64_t A2, i
         bq = bl;
     } else {
         std::vector<uint8_t> tmp(ggml_row_size(vdt, K));
+        std::vector<float> res(K), deq(K);
         for (size_t r = 0; r < bl.size() / K; r++) {
             tv->from_float_ref(bl.data() + r * K, tmp.data(), K);
             tv->to_float(tmp.data(), bq.data() + r * K, K);
+            if (!high) continue;
+            for (int64_t k = 0; k < K; k++) res[k] = bl[r * K + k] - bq[r * K + k];
+            tv->from_float_ref(res.data(), tmp.data(), K);
+            tv->to_float(tmp.data(), deq.data(), K);
+            for (int64_t k = 0; k < K; k++) bq[r * K + k] += deq[k];
         }
     }
 
@@ -118,7 +128,8 @@ static void run_case(ggml_type t, int64_t K, int64_t M, int64_t N, int64_t A2, i
                             double ref = 0, mag = 0, exact = 0, emag = 0;
                             for (int64_t k = 0; k < K; k++) {
                                 ref += (double)ar[k] * bq[bo + k];
-                                mag += fabs((double)ar[k] * bq[bo + k]);
+                                // with high the two dots are summed: bound by both parts' magnitudes
+                                mag += fabs((double)ar[k] * bq[bo + k]) + (high ? fabs((double)ar[k] * bl[bo + k]) : 0.0);
                                 exact += (double)ar[k] * bl[bo + k];
                                 emag += fabs((double)ar[k] * bl[bo + k]);
                             }
@@ -129,7 +140,8 @@ static void run_case(ggml_type t, int64_t K, int64_t M, int64_t N, int64_t A2, i
                                   tr->name, (long long)K, (long long)M, (long long)N, (int)lay, (long long)i, (long long)j,
                                   (long long)i2, (long long)i3, v, ref);
                             // activation rounding (8-bit or half precision) bounds the total error
-                            CHECK(fabs(v - exact) <= 2e-2 * emag + 1e-30, "%s: far from the exact product", tr->name);
+                            CHECK(fabs(v - exact) <= (high ? 3e-4 : 2e-2) * emag + 1e-30, "%s%s: far from the exact product",
+                                  tr->name, high ? " (high precision)" : "");
                         }
             (void)worst;
         } else {
@@ -159,7 +171,12 @@ int main() {
                 run_case(t, K, 3, 21, 1, 1, 1, 1, B_TRANSPOSED);  // few rows: split over columns
                 run_case(t, K, 5, 3, 2, 1, 4, 3, B_PERMUTED);     // broadcast a over dims 2 and 3
                 run_case(t, K, 33, 1, 1, 1, 2, 2, B_TRANSPOSED);  // batched mat-vec, strided b
-                cases += 5;
+                // GGML_PREC_HIGH: mat-vec, column pairs across the 4-column tiles, strided, broadcast
+                run_case(t, K, 37, 1, 1, 1, 1, 1, B_CONTIG, true);
+                run_case(t, K, 19, 11, 1, 1, 1, 1, B_CONTIG, true);
+                run_case(t, K, 3, 21, 1, 1, 1, 1, B_TRANSPOSED, true);
+                run_case(t, K, 5, 3, 2, 1, 4, 3, B_PERMUTED, true);
+                cases += 9;
             }
         }
     }

@@ -5,6 +5,10 @@
 // 2. After a barrier, the output is split among threads; every element is one
 //    call of the same vec_dot kernel, so the result never depends on the
 //    thread count or the split.
+// With GGML_PREC_HIGH each activation row is converted twice: the row, then
+// what its conversion lost (row - dequantized row); every output is the sum of
+// the two dots with the same weight row, which is still in registers (q8x
+// kernels: the pair is two columns of one call) or in L1 (vec_dot).
 // Mat-vec streams each thread's contiguous range of weight rows once (the
 // hardware prefetcher sees one sequential stream per thread). Mat-mat walks
 // tiles of ROW_TILE weight rows x COL_TILE activation rows so that a tile of
@@ -33,10 +37,14 @@ struct plan {
     bool direct;     // b is used in place (F32 dot on contiguous F32 rows)
     bool gather;     // b rows are strided: copy each to a contiguous float row first
     size_t conv;     // bytes of converted activations at the start of wdata
+    bool resid;      // GGML_PREC_HIGH: each b row is followed by its converted residual
+    bool f32rows;    // converted rows are plain floats (the F16 multi-column path)
+    size_t bstride;  // bytes from one converted b row to the next (vrow, or 2 vrow with resid)
 };
 
-plan make_plan(const ggml_tensor *a, const ggml_tensor *b) {
+plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *dst) {
     plan p;
+    p.f32rows = false;
     const ggml_type_traits *ta = ggml_get_type_traits(a->type);
     p.vdt = ta->vec_dot_type;
     const int64_t K = b->ne[0];
@@ -53,11 +61,23 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b) {
         p.q8x_dot = q->dot_f16;
         p.q8x_quantize = q->f16r_convert;
         p.vrow = sizeof(float) * (size_t)K;
+        p.f32rows = true;
     }
     p.gather = b->nb[0] != sizeof(float);
     p.direct = p.vdt == GGML_TYPE_F32 && !p.gather;
-    p.conv = p.direct ? 0 : align_up(p.vrow * (size_t)(b->ne[1] * b->ne[2] * b->ne[3]));
+    p.resid = ggml_prec_high(dst) && p.vdt != GGML_TYPE_F32;
+    p.bstride = p.resid ? 2 * p.vrow : p.vrow;
+    p.conv = p.direct ? 0 : align_up(p.bstride * (size_t)(b->ne[1] * b->ne[2] * b->ne[3]));
     return p;
+}
+
+void copy_f32(const void *x, float *y, int64_t k) { memcpy(y, x, sizeof(float) * (size_t)k); }
+
+// The values a converted row stands for (for the residual of GGML_PREC_HIGH).
+ggml_to_float_t converted_to_float(const plan &p) {
+    if (p.f32rows) return copy_f32;
+    if (p.q8x_dot) return ggml_q8x_to_float;
+    return ggml_get_type_traits(p.vdt)->to_float;
 }
 
 }  // namespace
@@ -73,9 +93,11 @@ static bool private_conv(const ggml_tensor *b, int nth) {
 
 extern "C" size_t ggml_mul_mat_work_size(const ggml_tensor *node, int n_threads) {
     const ggml_tensor *a = node->src[0], *b = node->src[1];
-    const plan p = make_plan(a, b);
+    const plan p = make_plan(a, b, node);
     size_t w = private_conv(b, n_threads) ? p.conv * (size_t)n_threads : p.conv;
-    if (p.gather) w += (size_t)n_threads * align_up(sizeof(float) * (size_t)b->ne[0]);
+    const size_t frow = align_up(sizeof(float) * (size_t)b->ne[0]);
+    if (p.gather) w += (size_t)n_threads * frow;
+    if (p.resid) w += (size_t)n_threads * frow;
     return w;
 }
 
@@ -86,7 +108,7 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
     const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1], B2 = b->ne[2], B3 = b->ne[3];
     if (K % ta->blck_size) ggml_abort("mul_mat: K=%lld is not a multiple of the %s block size", (long long)K, ta->name);
     const int64_t r2 = B2 / a->ne[2], r3 = B3 / a->ne[3];
-    const plan p = make_plan(a, b);
+    const plan p = make_plan(a, b, dst);
     const int ith = params->ith, nth = params->nth;
     const bool priv = private_conv(b, nth);
     char *const wbase = (char *)params->wdata;
@@ -98,7 +120,10 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
         const ggml_from_float_t from_float = p.q8x_quantize ? p.q8x_quantize
                                              : p.vdt == GGML_TYPE_F32 ? nullptr : ggml_get_type_traits(p.vdt)->from_float;
         if (p.vdt != GGML_TYPE_F32 && !from_float) ggml_abort("mul_mat: no converter to %s", ggml_type_name(p.vdt));
-        float *tmp = p.gather ? (float *)(wtmp + (size_t)ith * align_up(sizeof(float) * (size_t)K)) : nullptr;
+        const ggml_to_float_t to_float = p.resid ? converted_to_float(p) : nullptr;
+        const size_t frow = align_up(sizeof(float) * (size_t)K);
+        float *tmp = p.gather ? (float *)(wtmp + (size_t)ith * frow) : nullptr;
+        float *res = p.resid ? (float *)(wtmp + (size_t)(p.gather ? nth : 0) * frow + (size_t)ith * frow) : nullptr;
         int64_t r0 = 0, r1 = N * B2 * B3;
         if (!priv) ggml_split_range(N * B2 * B3, ith, nth, &r0, &r1);
         for (int64_t r = r0; r < r1; r++) {
@@ -109,20 +134,29 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
                 for (int64_t k = 0; k < K; k++) tmp[k] = *(const float *)(src + k * b->nb[0]);
                 row = tmp;
             }
-            char *out = wdata + (size_t)r * p.vrow;
-            if (from_float) from_float(row, out, K);
+            char *out = wdata + (size_t)r * p.bstride;
+            if (from_float) ggml_convert_act(row, out, K, from_float, to_float, p.vrow, p.resid, res);
             else memcpy(out, row, sizeof(float) * (size_t)K);
         }
         if (!priv) ggml_barrier(params->tp);
     }
 
-    const ggml_vec_dot_t vec_dot = ta->vec_dot;
+    const ggml_vec_dot_t vec_dot1 = ta->vec_dot;
+    // one output element: the dot with the row, plus the dot with its residual
+    auto vec_dot = [&](int64_t k, float *s, const void *x, const void *y) {
+        vec_dot1(k, s, x, y);
+        if (p.resid) {
+            float r;
+            vec_dot1(k, &r, x, (const char *)y + p.vrow);
+            *s += r;
+        }
+    };
     auto arow = [&](int64_t i, int64_t i2, int64_t i3) {
         return (const char *)a->data + i * a->nb[1] + (i2 / r2) * a->nb[2] + (i3 / r3) * a->nb[3];
     };
     auto brow = [&](int64_t j, int64_t i2, int64_t i3) -> const char * {
         if (p.direct) return (const char *)b->data + j * b->nb[1] + i2 * b->nb[2] + i3 * b->nb[3];
-        return wdata + (size_t)(((i3 * B2 + i2) * N) + j) * p.vrow;
+        return wdata + (size_t)(((i3 * B2 + i2) * N) + j) * p.bstride;
     };
     auto out = [&](int64_t i, int64_t j, int64_t i2, int64_t i3) {
         return (float *)((char *)dst->data + i * dst->nb[0] + j * dst->nb[1] + i2 * dst->nb[2] + i3 * dst->nb[3]);
@@ -140,7 +174,9 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
         // column tile in turn: the tile's activations (QCOLS rows, up to
         // ~30 KB) stay in L1 across the block's rows, and the block's weights
         // (a few KB) stay in L1/L2 across the tiles.
-        constexpr int64_t QCOLS = 8, QROWS = 16;
+        // With resid a column is a pair of activation rows: four per call.
+        constexpr int64_t QROWS = 16;
+        const int64_t QCOLS = p.resid ? 4 : 8;
         const int64_t tiles = (N + QCOLS - 1) / QCOLS;
         int64_t lo, hi;
         ggml_split_range(by_rows ? R : tiles, ith, nth, &lo, &hi);
@@ -156,7 +192,15 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
                 for (int64_t j = jbeg; j < jend; j += QCOLS) {
                     const int nc = (int)std::min(QCOLS, jend - j);
                     const char *y = brow(j, i2, i3);
-                    for (int64_t i = ib; i < ie; i++) p.q8x_dot(K, arow(i, i2, i3), y, p.vrow, out(i, j, i2, i3), ss, nc);
+                    if (!p.resid) {
+                        for (int64_t i = ib; i < ie; i++) p.q8x_dot(K, arow(i, i2, i3), y, p.vrow, out(i, j, i2, i3), ss, nc);
+                        continue;
+                    }
+                    for (int64_t i = ib; i < ie; i++) {
+                        float pair[8];
+                        p.q8x_dot(K, arow(i, i2, i3), y, p.vrow, pair, sizeof(float), 2 * nc);
+                        for (int c = 0; c < nc; c++) *(float *)((char *)out(i, j, i2, i3) + c * ss) = pair[2 * c] + pair[2 * c + 1];
+                    }
                 }
             }
             r += i1 - i0;

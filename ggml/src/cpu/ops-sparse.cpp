@@ -211,6 +211,8 @@ namespace {
 struct rows_plan {
     ggml_type vdt;
     size_t vrow;   // bytes of one converted activation row
+    size_t xstride;  // bytes per token: vrow, or 2 vrow with the GGML_PREC_HIGH residual
+    bool high;
     bool convert;
     bool priv;     // every thread converts all tokens into its own area: no barrier
 };
@@ -219,11 +221,14 @@ struct rows_plan {
 // a busy machine can cost a scheduler time slice.
 constexpr int64_t PRIVATE_CONVERT_MAX_T = 2;
 
-rows_plan make_rows_plan(const ggml_tensor *w, const ggml_tensor *x) {
+rows_plan make_rows_plan(const ggml_tensor *dst) {
+    const ggml_tensor *w = dst->src[0], *x = dst->src[1];
     rows_plan p;
     p.vdt = ggml_get_type_traits(w->type)->vec_dot_type;
     p.vrow = ggml_row_size(p.vdt, x->ne[0]);
     p.convert = p.vdt != GGML_TYPE_F32;
+    p.high = p.convert && ggml_prec_high(dst);
+    p.xstride = p.high ? 2 * p.vrow : p.vrow;
     p.priv = x->ne[1] <= PRIVATE_CONVERT_MAX_T;
     return p;
 }
@@ -231,10 +236,11 @@ rows_plan make_rows_plan(const ggml_tensor *w, const ggml_tensor *x) {
 }  // namespace
 
 extern "C" size_t ggml_mul_mat_sparse_rows_work_size(const ggml_tensor *node, int n_threads) {
-    const rows_plan p = make_rows_plan(node->src[0], node->src[1]);
+    const rows_plan p = make_rows_plan(node);
     if (!p.convert) return 0;
-    const size_t one = align_up(p.vrow * (size_t)node->src[1]->ne[1]);
-    return p.priv ? (size_t)n_threads * one : one;
+    const size_t one = align_up(p.xstride * (size_t)node->src[1]->ne[1]);
+    const size_t scratch = p.high ? (size_t)n_threads * align_up(sizeof(float) * (size_t)node->src[1]->ne[0]) : 0;
+    return (p.priv ? (size_t)n_threads * one : one) + scratch;
 }
 
 extern "C" void ggml_compute_forward_mul_mat_sparse_rows(const ggml_compute_params *params, ggml_tensor *dst) {
@@ -244,21 +250,24 @@ extern "C" void ggml_compute_forward_mul_mat_sparse_rows(const ggml_compute_para
     const int64_t K = w->ne[0], T = x->ne[1];
     const int64_t begin = dst->op_params[0], end = dst->op_params[1];
     const int ith = params->ith, nth = params->nth;
-    const rows_plan p = make_rows_plan(w, x);
+    const rows_plan p = make_rows_plan(dst);
     char *wdata = (char *)params->wdata;
 
     if (p.convert) {  // activations -> vec_dot_type, once per token
-        const ggml_from_float_t from_float = ggml_get_type_traits(p.vdt)->from_float;
-        if (!from_float) ggml_abort("%s: no converter to %s", op, ggml_type_name(p.vdt));
+        const ggml_type_traits *tv = ggml_get_type_traits(p.vdt);
+        if (!tv->from_float) ggml_abort("%s: no converter to %s", op, ggml_type_name(p.vdt));
+        const size_t one = align_up(p.xstride * (size_t)T);
+        float *scratch = (float *)(wdata + (p.priv ? (size_t)nth : 1) * one) + (size_t)ith * (align_up(sizeof(float) * (size_t)K) / sizeof(float));
         int64_t t0 = 0, t1 = T;
-        if (p.priv) wdata += (size_t)ith * align_up(p.vrow * (size_t)T);
+        if (p.priv) wdata += (size_t)ith * one;
         else ggml_split_range(T, ith, nth, &t0, &t1);
         for (int64_t t = t0; t < t1; t++)
-            from_float((const float *)((const char *)x->data + t * x->nb[1]), wdata + (size_t)t * p.vrow, K);
+            ggml_convert_act((const float *)((const char *)x->data + t * x->nb[1]), wdata + (size_t)t * p.xstride, K,
+                             tv->from_float, tv->to_float, p.vrow, p.high, scratch);
         if (!p.priv) ggml_barrier(params->tp);
     }
     auto xrow = [&](int64_t t) -> const void * {
-        return p.convert ? (const void *)(wdata + (size_t)t * p.vrow) : (const void *)((const char *)x->data + t * x->nb[1]);
+        return p.convert ? (const void *)(wdata + (size_t)t * p.xstride) : (const void *)((const char *)x->data + t * x->nb[1]);
     };
     auto out = [&](int64_t i, int64_t t) { return (float *)((char *)dst->data + t * dst->nb[1]) + i; };
 
@@ -276,7 +285,15 @@ extern "C" void ggml_compute_forward_mul_mat_sparse_rows(const ggml_compute_para
             for (int64_t t = 0; t < T; t++) memset(out(z0, t), 0, sizeof(float) * (size_t)(z1 - z0));
     };
 
-    const ggml_vec_dot_t vec_dot = tw->vec_dot;
+    // one output: the dot with the converted row, plus (HIGH) with its residual
+    auto vec_dot = [&](int64_t k, float *s, const void *wr, const void *xr) {
+        tw->vec_dot(k, s, wr, xr);
+        if (p.high) {
+            float r;
+            tw->vec_dot(k, &r, wr, (const char *)xr + p.vrow);
+            *s += r;
+        }
+    };
     const size_t wbytes = ggml_row_size(w->type, K);
     auto wrow_of = [&](int64_t a) { return (const char *)w->data + (int64_t)l.ids[a] * w->nb[1]; };
     // Scattered rows need software prefetch; a contiguous run of active rows is
@@ -311,6 +328,8 @@ struct down_dense_plan {
     ggml_type vdt = GGML_TYPE_F32;
     int64_t len = 0;
     size_t vrow = 0;
+    bool high = false;  // GGML_PREC_HIGH: each converted h row is followed by its residual
+    size_t hstride = 0;  // bytes per token: vrow or 2 vrow
 };
 
 down_dense_plan make_down_dense_plan(const ggml_tensor *dst) {
@@ -323,6 +342,8 @@ down_dense_plan make_down_dense_plan(const ggml_tensor *dst) {
     p.len = end - begin;
     p.ok = p.len > 0 && begin % blck == 0 && end % blck == 0;
     p.vrow = ggml_row_size(p.vdt, p.len);
+    p.high = p.vdt != GGML_TYPE_F32 && ggml_prec_high(dst);
+    p.hstride = p.high ? 2 * p.vrow : p.vrow;
     return p;
 }
 
@@ -332,7 +353,7 @@ extern "C" size_t ggml_sparse_down_work_size(const ggml_tensor *node, int n_thre
     const ggml_tensor *wt = node->src[0];
     const size_t sparse = (size_t)n_threads * GGML_AXPY_MAX_ROWS * align_up(sizeof(float) * (size_t)wt->ne[0]);
     const down_dense_plan p = make_down_dense_plan(node);
-    const size_t dense = p.ok ? align_up(p.vrow * (size_t)node->src[1]->ne[1]) + (size_t)n_threads * align_up(sizeof(float) * (size_t)p.len) : 0;
+    const size_t dense = p.ok ? align_up(p.hstride * (size_t)node->src[1]->ne[1]) + (size_t)n_threads * 2 * align_up(sizeof(float) * (size_t)p.len) : 0;
     return std::max(sparse, dense);
 }
 
@@ -346,7 +367,9 @@ void sparse_down_dense(const ggml_compute_params *params, ggml_tensor *dst, cons
     const int64_t begin = dst->op_params[0], end = dst->op_params[1];
     const int ith = params->ith, nth = params->nth;
     char *conv = (char *)params->wdata;
-    float *tmp = (float *)(conv + align_up(p.vrow * (size_t)T) + (size_t)ith * align_up(sizeof(float) * (size_t)p.len));
+    const size_t frow = align_up(sizeof(float) * (size_t)p.len);
+    float *tmp = (float *)(conv + align_up(p.hstride * (size_t)T) + (size_t)ith * 2 * frow);
+    float *scratch = (float *)((char *)tmp + frow);
     int64_t t0, t1;
     ggml_split_range(T, ith, nth, &t0, &t1);
     for (int64_t t = t0; t < t1; t++) {
@@ -359,9 +382,10 @@ void sparse_down_dense(const ggml_compute_params *params, ggml_tensor *dst, cons
             prev = i;
             tmp[i - begin] = ht[i];
         }
-        char *out = conv + (size_t)t * p.vrow;
+        char *out = conv + (size_t)t * p.hstride;
+        const ggml_type_traits *tv = ggml_get_type_traits(p.vdt);
         if (p.vdt == GGML_TYPE_F32) memcpy(out, tmp, sizeof(float) * (size_t)p.len);
-        else ggml_get_type_traits(p.vdt)->from_float(tmp, out, p.len);
+        else ggml_convert_act(tmp, out, p.len, tv->from_float, tv->to_float, p.vrow, p.high, scratch);
     }
     ggml_barrier(params->tp);
     int64_t j0, j1;
@@ -369,8 +393,16 @@ void sparse_down_dense(const ggml_compute_params *params, ggml_tensor *dst, cons
     const size_t woff = (size_t)(begin / td->blck_size) * td->type_size;
     for (int64_t j = j0; j < j1; j++) {
         const char *row = (const char *)wd->data + j * wd->nb[1] + woff;
-        for (int64_t t = 0; t < T; t++)
-            td->vec_dot(p.len, (float *)((char *)dst->data + t * dst->nb[1]) + j, row, conv + (size_t)t * p.vrow);
+        for (int64_t t = 0; t < T; t++) {
+            float *s = (float *)((char *)dst->data + t * dst->nb[1]) + j;
+            const char *ht = conv + (size_t)t * p.hstride;
+            td->vec_dot(p.len, s, row, ht);
+            if (p.high) {
+                float r;
+                td->vec_dot(p.len, &r, row, ht + p.vrow);
+                *s += r;
+            }
+        }
     }
 }
 

@@ -38,6 +38,20 @@ static inline size_t ggml_row_offset(const struct ggml_tensor *shape, const stru
     return (size_t)i1 * t->nb[1] + (size_t)i2 * t->nb[2] + (size_t)i3 * t->nb[3];
 }
 
+// Activation rows of the weight products (mul-mat.cpp, ops-sparse.cpp):
+// out = from_float(x) (vrow bytes); with GGML_PREC_HIGH (high != 0) also, at
+// out + vrow, from_float(x - to_float(out)): the residual the first rounding
+// lost, so that dot(w, out) + dot(w, out + vrow) sees x to about 16 bits.
+// scratch: k floats (only read with high). act-convert.cpp.
+void ggml_convert_act(const float *x, void *out, int64_t k, ggml_from_float_t from_float, ggml_to_float_t to_float,
+                      size_t vrow, bool high, float *scratch);
+// to_float of the q8x activation layout (vec-dot-simd.h).
+void ggml_q8x_to_float(const void *x, float *y, int64_t k);
+// The precision a weight-product node asks for (ggml_set_prec).
+static inline bool ggml_prec_high(const struct ggml_tensor *node) {
+    return node->op_params[GGML_MAX_OP_PARAMS - 1] == GGML_PREC_HIGH;
+}
+
 #define GGML_DECLARE_FORWARD(name) \
     void ggml_compute_forward_##name(const struct ggml_compute_params *params, struct ggml_tensor *dst);
 GGML_DECLARE_FORWARD(dup)
