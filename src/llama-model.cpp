@@ -6,10 +6,36 @@
 #include "llama-model-loader.h"
 #include "llama-sparse-meta.h"
 #include "llama-vocab.h"
+#include "llama-weight-pages.h"
 
 namespace pinfer {
 
-model::~model() { ggml_free(ctx); }
+model::model() = default;
+model::~model() {
+    ffn_pages_.reset();
+    ggml_free(ctx);
+}
+
+size_t model::move_ffn_to_huge_pages(size_t *huge) const {
+    std::lock_guard<std::mutex> lock(pages_mu_);
+    if (!ffn_pages_) {
+        std::vector<ggml_tensor *> ts;
+        for (const layer_weights &l : layers)
+            for (ggml_tensor *t : {l.ffn_gate, l.ffn_up, l.ffn_down, l.ffn_down_t, l.fc1, l.fc2})
+                if (t) ts.push_back(t);
+        auto pages = std::make_unique<weight_pages>();
+        pages->adopt(ts);
+        ffn_pages_ = std::move(pages);
+    }
+    if (huge) *huge = ffn_pages_->huge_bytes();
+    return ffn_pages_->bytes();
+}
+
+size_t model::ffn_page_bytes(size_t *huge) const {
+    std::lock_guard<std::mutex> lock(pages_mu_);
+    if (huge) *huge = ffn_pages_ ? ffn_pages_->huge_bytes() : 0;
+    return ffn_pages_ ? ffn_pages_->bytes() : 0;
+}
 
 static std::unique_ptr<llama_vocab> load_vocab(const model_loader &ml) {
     vocab_params p;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@ namespace pinfer {
 
 class model_loader;
 class llama_vocab;
+class weight_pages;
 
 struct layer_weights {
     ggml_tensor *attn_norm = nullptr, *attn_norm_b = nullptr;
@@ -72,7 +74,18 @@ struct model {
     uint64_t n_bytes = 0;
     double t_load_ms = 0;
 
+    // Moves the FFN weights (and predictors) into 2 MiB pages, once; the
+    // sparse modes call it (src/llama-weight-pages.h says why). Returns the
+    // bytes moved and, in *huge, how many the kernel backs with huge pages.
+    size_t move_ffn_to_huge_pages(size_t *huge = nullptr) const;
+    size_t ffn_page_bytes(size_t *huge = nullptr) const;  // 0 until moved
+
+    model();
     ~model();
+
+private:
+    mutable std::mutex pages_mu_;
+    mutable std::unique_ptr<weight_pages> ffn_pages_;
 };
 
 // Loads a GGUF file; throws std::runtime_error naming the problem.

@@ -71,6 +71,13 @@ int32_t pinfer_model_n_layer(const pinfer_model *model) { return (int32_t)model-
 uint64_t pinfer_model_n_params(const pinfer_model *model) { return model->m->n_params; }
 uint64_t pinfer_model_size(const pinfer_model *model) { return model->m->n_bytes; }
 
+uint64_t pinfer_model_ffn_page_bytes(const pinfer_model *model, uint64_t *huge) {
+    size_t h = 0;
+    const size_t n = model->m->ffn_page_bytes(huge ? &h : nullptr);
+    if (huge) *huge = h;
+    return n;
+}
+
 const char *pinfer_model_meta_str(const pinfer_model *model, const char *key) {
     gguf_context *g = model->m->loader->gguf();
     const int64_t i = gguf_find_key(g, key);

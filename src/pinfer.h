@@ -33,6 +33,10 @@ int32_t pinfer_model_n_embd(const struct pinfer_model *model);
 int32_t pinfer_model_n_layer(const struct pinfer_model *model);
 uint64_t pinfer_model_n_params(const struct pinfer_model *model);
 uint64_t pinfer_model_size(const struct pinfer_model *model);  // bytes of weights
+// Bytes of FFN weights a sparse context moved into anonymous memory advised
+// for 2 MiB pages (0 before any), and in *huge how many the kernel backs with
+// huge pages now (NULL: not asked).
+uint64_t pinfer_model_ffn_page_bytes(const struct pinfer_model *model, uint64_t *huge);
 // A string metadata value (e.g. "tokenizer.chat_template"), or NULL.
 const char *pinfer_model_meta_str(const struct pinfer_model *model, const char *key);
 

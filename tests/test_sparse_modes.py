@@ -381,3 +381,28 @@ def test_pinfer_calibrate_subcommand(models, tmp_path, capsys):
     assert t.shape == (2,) and np.all(t > 0)
     assert pcli.main(["calibrate", path, "--target-sparsity", "1.5", "-o", str(out)]) == 1
     assert "target sparsity" in capsys.readouterr().err
+
+
+def test_sparse_context_moves_ffn_weights_to_huge_pages(models):
+    """A sparse context copies the FFN weights into memory advised for 2 MiB pages
+    (once per model); a dense context of the same model computes the same bits
+    before and after the move."""
+    path = models["relu_down_t"][0]
+    toks = prompt(12, seed=9)
+    m = _core.Model(path)
+    assert m.ffn_page_bytes() == (0, 0)
+    dense = _core.Context(m, 64, 512, 2)
+    dense.decode(toks)
+    before = np.array(dense.logits())
+    _core.Context(m, 64, 512, 2, sparse="exact")
+    moved, huge = m.ffn_page_bytes()
+    r = _core.GGUFReader(path)
+    ffn = sum(t.nbytes for t in r.tensors
+              if t.name.split(".")[-2] in ("ffn_gate", "ffn_up", "ffn_down", "ffn_down_t", "fc1", "fc2"))
+    assert ffn <= moved < ffn + 4 * 2 ** 20 + 64 * len(r.tensors)  # alignment and one spare huge page
+    assert 0 <= huge <= moved
+    _core.Context(m, 64, 512, 2, sparse="exact")  # a second sparse context moves nothing again
+    assert m.ffn_page_bytes()[0] == moved
+    again = _core.Context(m, 64, 512, 2)
+    again.decode(toks)
+    assert np.array(again.logits()).tobytes() == before.tobytes()

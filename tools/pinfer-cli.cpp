@@ -675,6 +675,11 @@ int run(int argc, char **argv) {
                     p.sampling.top_p, p.sampling.min_p, p.sampling.repeat_penalty, p.sampling.repeat_last_n,
                     p.sampling.presence_penalty, p.sampling.frequency_penalty, p.sampling.seed);
             fprintf(stderr, "pinfer: sparse FFN mode %s\n", pinfer_sparse_mode_name(pinfer_context_sparse_mode(s.ctx)));
+            uint64_t huge = 0;
+            const uint64_t moved = pinfer_model_ffn_page_bytes(s.model, &huge);
+            if (moved)
+                fprintf(stderr, "pinfer: FFN weights copied to anonymous memory for 2 MiB pages: %.1f MiB, %.1f MiB in huge pages\n",
+                        moved / 1048576.0, huge / 1048576.0);
         }
 
         if (p.vram_budget_gib >= 0) report_placement(s.model, p);

@@ -553,6 +553,12 @@ void bind_llama(nb::module_ &m) {
         .def_prop_ro("size", [](const Model &s) { return pinfer_model_size(s.get()); }, "Bytes of weights.")
         .def_prop_ro("arch", [](const Model &s) { return std::string(pinfer_model_arch(s.get())); })
         .def_prop_ro("desc", [](const Model &s) { return std::string(pinfer_model_desc(s.get())); })
+        .def("ffn_page_bytes", [](const Model &s) {
+                uint64_t huge = 0;
+                const uint64_t moved = pinfer_model_ffn_page_bytes(s.get(), &huge);
+                return nb::make_tuple(moved, huge);
+            },
+            "(bytes of FFN weights a sparse context moved to memory advised for 2 MiB pages, bytes the kernel backs with huge pages)")
         .def("meta", &Model::meta, nb::arg("key"), "A string metadata value, or None.")
         .def_prop_ro("sparse_info", &sparse_info, "Neuron-aware metadata flags (pinfer_model_sparse_info) as a dict.")
         .def_prop_ro("act_thresholds", &act_thresholds, "pinfer.sparse.act_thresholds (empty if absent).")
