@@ -16,7 +16,10 @@ static uint32_t pick_n_ctx(const model &m, uint32_t n_ctx) {
 context::context(const model &m, context_params p)
     : model_(m), params_(p), kv_(m.hp, pick_n_ctx(m, p.n_ctx), p.type_kv) {
     ffn_.mode = resolve_sparse_mode(m, p.sparse);  // throws naming what the file lacks
-    if (ffn_.mode != sparse_mode::OFF) m.move_ffn_to_huge_pages();
+    if (ffn_.mode != sparse_mode::OFF) {  // predictor mode reads gate and up by rows of the same neurons: bundled
+        const bool pred = ffn_.mode == sparse_mode::PREDICTOR;
+        ffn_.gate_up = m.prepare_sparse_weights(!pred, pred);
+    }
     ffn_.stats = p.sparse_stats || p.sparse_verify;
     ffn_.verify = p.sparse_verify;
     ffn_.observe = p.ffn_observe;

@@ -1,6 +1,7 @@
 #include "llama-model.h"
 
 #include <chrono>
+#include <cstring>
 #include <stdexcept>
 
 #include "llama-model-loader.h"
@@ -12,29 +13,74 @@ namespace pinfer {
 
 model::model() = default;
 model::~model() {
-    ffn_pages_.reset();
+    pages_common_.reset();
+    pages_gate_up_.reset();
+    pages_bundle_.reset();
+    if (bundle_ctx_) ggml_free(bundle_ctx_);
     ggml_free(ctx);
 }
 
-size_t model::move_ffn_to_huge_pages(size_t *huge) const {
+std::vector<ggml_tensor *> model::prepare_sparse_weights(bool separate_gate_up, bool bundle_gate_up) const {
     std::lock_guard<std::mutex> lock(pages_mu_);
-    if (!ffn_pages_) {
+    auto move = [&](std::unique_ptr<weight_pages> &pages, std::initializer_list<ggml_tensor *layer_weights::*> which) {
+        if (pages) return;
         std::vector<ggml_tensor *> ts;
         for (const layer_weights &l : layers)
-            for (ggml_tensor *t : {l.ffn_gate, l.ffn_up, l.ffn_down, l.ffn_down_t, l.fc1, l.fc2})
-                if (t) ts.push_back(t);
-        auto pages = std::make_unique<weight_pages>();
-        pages->adopt(ts);
-        ffn_pages_ = std::move(pages);
+            for (ggml_tensor *layer_weights::*w : which)
+                if (l.*w) ts.push_back(l.*w);
+        auto p = std::make_unique<weight_pages>();
+        p->adopt(ts);
+        pages = std::move(p);
+    };
+    move(pages_common_, {&layer_weights::ffn_down, &layer_weights::ffn_down_t, &layer_weights::fc1, &layer_weights::fc2});
+    if (separate_gate_up) move(pages_gate_up_, {&layer_weights::ffn_gate, &layer_weights::ffn_up});
+    if (!bundle_gate_up) return {};
+    if (!pages_bundle_) {
+        bundles_.assign(layers.size(), nullptr);
+        size_t total = 0;
+        auto bundleable = [](const layer_weights &l) {
+            return l.ffn_gate && l.ffn_up && l.ffn_gate->type == l.ffn_up->type && ggml_are_same_shape(l.ffn_gate, l.ffn_up) &&
+                   ggml_n_dims(l.ffn_gate) <= 2;
+        };
+        for (const layer_weights &l : layers)
+            if (bundleable(l)) total += 2 * ggml_nbytes(l.ffn_gate);
+        auto p = std::make_unique<weight_pages>();
+        if (total) {
+            ggml_init_params ip = {(layers.size() + 1) * ggml_tensor_overhead(), nullptr, true};
+            bundle_ctx_ = ggml_init(ip);
+            if (!bundle_ctx_) throw std::runtime_error("out of memory for the FFN bundle headers");
+            char *dst = p->reserve(total);
+            for (size_t il = 0; il < layers.size(); il++) {
+                const layer_weights &l = layers[il];
+                if (!bundleable(l)) continue;
+                const int64_t d = l.ffn_gate->ne[0], n = l.ffn_gate->ne[1];
+                ggml_tensor *b = ggml_new_tensor_2d(bundle_ctx_, l.ffn_gate->type, d, 2 * n);
+                const size_t row = l.ffn_gate->nb[1];
+                for (int64_t i = 0; i < n; i++) {
+                    memcpy(dst + (2 * i) * row, (const char *)l.ffn_gate->data + i * row, row);
+                    memcpy(dst + (2 * i + 1) * row, (const char *)l.ffn_up->data + i * row, row);
+                }
+                b->data = dst;
+                dst += ggml_nbytes(b);
+                bundles_[il] = b;
+            }
+            p->seal();
+        }
+        pages_bundle_ = std::move(p);
     }
-    if (huge) *huge = ffn_pages_->huge_bytes();
-    return ffn_pages_->bytes();
+    return bundles_;
 }
 
 size_t model::ffn_page_bytes(size_t *huge) const {
     std::lock_guard<std::mutex> lock(pages_mu_);
-    if (huge) *huge = ffn_pages_ ? ffn_pages_->huge_bytes() : 0;
-    return ffn_pages_ ? ffn_pages_->bytes() : 0;
+    size_t bytes = 0, h = 0;
+    for (const auto *p : {&pages_common_, &pages_gate_up_, &pages_bundle_})
+        if (*p) {
+            bytes += (*p)->bytes();
+            if (huge) h += (*p)->huge_bytes();
+        }
+    if (huge) *huge = h;
+    return bytes;
 }
 
 static std::unique_ptr<llama_vocab> load_vocab(const model_loader &ml) {

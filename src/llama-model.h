@@ -74,18 +74,27 @@ struct model {
     uint64_t n_bytes = 0;
     double t_load_ms = 0;
 
-    // Moves the FFN weights (and predictors) into 2 MiB pages, once; the
-    // sparse modes call it (src/llama-weight-pages.h says why). Returns the
-    // bytes moved and, in *huge, how many the kernel backs with huge pages.
-    size_t move_ffn_to_huge_pages(size_t *huge = nullptr) const;
-    size_t ffn_page_bytes(size_t *huge = nullptr) const;  // 0 until moved
+    // Prepares the weights the sparse FFN operators read, each part once per
+    // model (src/llama-weight-pages.h says why): ffn_down, ffn_down_t and the
+    // predictors are copied into memory backed by 2 MiB pages; with
+    // separate_gate_up ffn_gate and ffn_up too (exact and threshold modes read
+    // up by rows and gate densely); with bundle_gate_up a copy of gate and up
+    // as one neuron bundle per layer, rows gate_0, up_0, gate_1, up_1, ...
+    // (predictor mode: an active neuron's two rows are one contiguous read).
+    // Returns the per-layer bundles [d, 2 n] (empty without bundle_gate_up or
+    // where gate and up differ in type). The tensors' bytes stay identical, so
+    // contexts already running are unaffected.
+    std::vector<ggml_tensor *> prepare_sparse_weights(bool separate_gate_up, bool bundle_gate_up) const;
+    size_t ffn_page_bytes(size_t *huge = nullptr) const;  // 0 until prepared
 
     model();
     ~model();
 
 private:
     mutable std::mutex pages_mu_;
-    mutable std::unique_ptr<weight_pages> ffn_pages_;
+    mutable std::unique_ptr<weight_pages> pages_common_, pages_gate_up_, pages_bundle_;
+    mutable ggml_context *bundle_ctx_ = nullptr;  // headers of the bundles
+    mutable std::vector<ggml_tensor *> bundles_;
 };
 
 // Loads a GGUF file; throws std::runtime_error naming the problem.

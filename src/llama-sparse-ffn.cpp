@@ -159,7 +159,13 @@ ggml_tensor *build_sparse_ffn(ggml_context *ctx, ffn_build *b, const model &m, i
             if (observe) probe->act = keep(a);
         }
         ggml_tensor *h;
-        if (gated) {
+        ggml_tensor *bundle = (size_t)il < b->gate_up.size() ? b->gate_up[(size_t)il] : nullptr;
+        if (gated && bundle) {  // one read per active neuron: its gate and up rows are adjacent
+            ggml_tensor *gu = ggml_mul_mat_sparse_rows_bundle(ctx, bundle, x, idx, 0, n, 2);  // [n, T, 2]
+            ggml_tensor *g = ggml_view_2d(ctx, gu, n, gu->ne[1], gu->nb[1], 0);
+            ggml_tensor *u = ggml_view_2d(ctx, gu, n, gu->ne[1], gu->nb[1], gu->nb[2]);
+            h = act_gated(ctx, g, u, act);
+        } else if (gated) {
             ggml_tensor *g = ggml_mul_mat_sparse_rows(ctx, l.ffn_gate, x, idx, 0, n);
             ggml_tensor *u = ggml_mul_mat_sparse_rows(ctx, l.ffn_up, x, idx, 0, n);
             h = act_gated(ctx, g, u, act);  // act(0) = 0 for every activation: inactive rows stay 0

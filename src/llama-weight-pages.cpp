@@ -17,11 +17,8 @@ weight_pages::~weight_pages() {
     if (base_) munmap(base_, size_);
 }
 
-void weight_pages::adopt(const std::vector<ggml_tensor *> &tensors) {
-    if (base_) throw std::logic_error("weight_pages: adopt() called twice");
-    size_t total = 0;
-    for (const ggml_tensor *t : tensors) total += (ggml_nbytes(t) + ALIGN - 1) / ALIGN * ALIGN;
-    if (total == 0) return;
+char *weight_pages::reserve(size_t total) {
+    if (base_) throw std::logic_error("weight_pages: reserve() called twice");
     // One extra huge page so the start can be aligned to 2 MiB: the kernel
     // only maps a huge page over an aligned 2 MiB range.
     const size_t size = (total + 2 * HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
@@ -35,13 +32,25 @@ void weight_pages::adopt(const std::vector<ggml_tensor *> &tensors) {
 #ifdef MADV_HUGEPAGE
     madvise(p, total, MADV_HUGEPAGE);  // advice only: failure leaves 4 KiB pages
 #endif
+    return p;
+}
+
+void weight_pages::seal() {
+    if (base_) mprotect(base_, size_, PROT_READ);  // weights are read-only, as in the file mapping
+}
+
+void weight_pages::adopt(const std::vector<ggml_tensor *> &tensors) {
+    size_t total = 0;
+    for (const ggml_tensor *t : tensors) total += (ggml_nbytes(t) + ALIGN - 1) / ALIGN * ALIGN;
+    if (total == 0) return;
+    char *p = reserve(total);
     for (ggml_tensor *t : tensors) {
         const size_t n = ggml_nbytes(t);
         memcpy(p, t->data, n);
         t->data = p;
         p += (n + ALIGN - 1) / ALIGN * ALIGN;
     }
-    mprotect(base_, size_, PROT_READ);  // weights are read-only, as in the file mapping
+    seal();
 }
 
 size_t weight_pages::huge_bytes() const {

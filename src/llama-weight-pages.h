@@ -28,6 +28,10 @@ public:
     // The old bytes stay valid (readers that already hold the pointer keep
     // reading identical data).
     void adopt(const std::vector<ggml_tensor *> &tensors);
+    // Or by hand: reserve() maps `bytes` (once) and returns the 2 MiB-aligned
+    // start; fill it, then seal() makes it read-only.
+    char *reserve(size_t bytes);
+    void seal();
     size_t bytes() const { return size_; }
     // Bytes of the mapping the kernel backs with huge pages (from
     // /proc/self/smaps; 0 where that is not readable).

@@ -384,9 +384,10 @@ def test_pinfer_calibrate_subcommand(models, tmp_path, capsys):
 
 
 def test_sparse_context_moves_ffn_weights_to_huge_pages(models):
-    """A sparse context copies the FFN weights into memory advised for 2 MiB pages
-    (once per model); a dense context of the same model computes the same bits
-    before and after the move."""
+    """A sparse context copies the FFN weights it reads into memory advised for
+    2 MiB pages (once per model): exact mode gate, up, down, down_t; predictor
+    mode a gate/up bundle instead of gate and up. A dense context of the same
+    model computes the same bits before and after."""
     path = models["relu_down_t"][0]
     toks = prompt(12, seed=9)
     m = _core.Model(path)
@@ -397,12 +398,32 @@ def test_sparse_context_moves_ffn_weights_to_huge_pages(models):
     _core.Context(m, 64, 512, 2, sparse="exact")
     moved, huge = m.ffn_page_bytes()
     r = _core.GGUFReader(path)
-    ffn = sum(t.nbytes for t in r.tensors
-              if t.name.split(".")[-2] in ("ffn_gate", "ffn_up", "ffn_down", "ffn_down_t", "fc1", "fc2"))
-    assert ffn <= moved < ffn + 4 * 2 ** 20 + 64 * len(r.tensors)  # alignment and one spare huge page
+    kind = {t.name: t.name.split(".")[-2] for t in r.tensors}
+    size = {k: sum(t.nbytes for t in r.tensors if kind[t.name] == k)
+            for k in ("ffn_gate", "ffn_up", "ffn_down", "ffn_down_t", "fc1", "fc2")}
+    ffn = sum(size.values())
+    assert ffn <= moved < ffn + 2 * 4 * 2 ** 20 + 64 * len(r.tensors)  # alignment, a spare huge page per mapping
     assert 0 <= huge <= moved
     _core.Context(m, 64, 512, 2, sparse="exact")  # a second sparse context moves nothing again
     assert m.ffn_page_bytes()[0] == moved
     again = _core.Context(m, 64, 512, 2)
     again.decode(toks)
     assert np.array(again.logits()).tobytes() == before.tobytes()
+
+
+def test_predictor_mode_reads_a_gate_up_bundle(models):
+    path = models["relu"][0]
+    pp = extgguf.add_sparse(path, str(models["dir"] / "relu_bundle.gguf"),
+                            predictors=exact_predictor(path, gated=True), threshold=-1e-3)
+    m = _core.Model(pp)
+    c = ctx(m, "predictor")
+    moved, _ = m.ffn_page_bytes()
+    r = _core.GGUFReader(pp)
+    size = lambda k: sum(t.nbytes for t in r.tensors if t.name.split(".")[-2] == k)
+    # down and the predictors, plus gate and up once (as the bundle)
+    need = size("ffn_gate") + size("ffn_up") + size("ffn_down") + size("fc1") + size("fc2")
+    assert need <= moved < need + 2 * 4 * 2 ** 20 + 64 * len(r.tensors)
+    toks = prompt(10, seed=3)
+    c.decode(toks, all_logits=True)
+    dense, _ = run_prompt(path, "off", toks)
+    assert rel(c.logits_all().copy(), dense) <= RTOL

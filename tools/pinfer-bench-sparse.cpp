@@ -5,20 +5,24 @@
 //                       [--hugepages 0]
 //
 // A decode step through L layers at LLaMA-7B FFN shape (d=4096, n=11008):
-//   dense:  y = W_down · (W_gate·x ⊙ W_up·x)                    (mul_mat x3)
-//   sparse: gate/up = mul_mat_sparse_rows on the active ids, then
-//           y = sparse_down on ffn_down_t                      (same function)
+//   dense:    y = W_down · (W_gate·x ⊙ W_up·x)                       (mul_mat x3)
+//   bundled:  gate and up rows of the active ids from the gate/up bundle
+//             (rows gate_0, up_0, gate_1, ...: one contiguous read per neuron,
+//             mul_mat_sparse_rows_bundle), then y = sparse_down on ffn_down_t:
+//             what predictor mode runs (model::prepare_sparse_weights)
+//   separate: the same with gate and up as two mul_mat_sparse_rows on the
+//             separate matrices (the layout before bundles)
 // with an rms_norm between layers. L is chosen so the weights of all layers
-// (gate, up, down and down_t) fill --gib GiB: every step streams weights from
-// DRAM, not the last-level cache. Each layer gets its own random active set of
-// the requested sparsity; --skew s draws neuron i with weight (i+1)^-s (a
-// hot-first power law; 0 = uniform). With --batch T > 1 the sparsity is that of
-// the union of the batch (what the sparse ops compute).
+// (gate, up, the bundle, down and down_t) fill --gib GiB: every step streams
+// weights from DRAM, not the last-level cache. Each layer gets its own random
+// active set of the requested sparsity, drawn afresh every repetition; --skew s
+// draws neuron i with weight (i+1)^-s (a hot-first power law; 0 = uniform). With
+// --batch T > 1 the sparsity is that of the union of the batch.
 //
-// "sparse" is the shipped op set: sparse_down gets the dense ffn_down too and
-// switches to it above the crossover density (ggml_sparse_should_use_dense);
-// "pure-sparse" never switches (the data behind that crossover).
-// Dense and sparse runs alternate within every repetition so all see the same
+// Both sparse variants give sparse_down the dense ffn_down too, so it switches
+// to it above the crossover density (ggml_sparse_should_use_dense), as shipped.
+// The three runs alternate within every repetition, each on its own copy of
+// the weights (no run finds another's rows in the cache), so all see the same
 // machine load; the table reports the best repetition per layer and the
 // dense/sparse ratios of the best and of the median repetitions.
 #include <stdio.h>
@@ -97,13 +101,13 @@ struct result {
 };
 
 struct layer_weights {
-    ggml_tensor *gate, *up, *down, *down_t;
+    ggml_tensor *gate, *up, *down, *down_t, *bundle;
 };
 
 bool bench_type(ggml_type t, const opts &o, ggml_threadpool *tp) {
     const int64_t d = o.d, n = o.n, T = o.batch;
     const size_t mat = ggml_row_size(t, d) * (size_t)n;  // every FFN matrix has d*n elements
-    const size_t layer_bytes = 4 * mat;
+    const size_t layer_bytes = 6 * mat;  // gate, up, the gate/up bundle, down, down_t
     const int L = std::max<int>(2, (int)std::ceil(o.gib * 1073741824.0 / (double)layer_bytes));
     std::mt19937_64 rng(1234);
     std::vector<uint8_t> t_rows_d, t_rows_n;  // [n rows of d] and [d rows of n]
@@ -119,7 +123,7 @@ bool bench_type(ggml_type t, const opts &o, ggml_threadpool *tp) {
     // Random rows touch a new 4 KiB page each: with --hugepages the TLB cost goes away.
     madvise(buf, total, o.hugepages ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 
-    ggml_init_params wp = {ggml_tensor_overhead() * (size_t)(4 * L + 8), nullptr, true};
+    ggml_init_params wp = {ggml_tensor_overhead() * (size_t)(5 * L + 8), nullptr, true};
     ggml_context *wctx = ggml_init(wp);
     std::vector<layer_weights> lw((size_t)L);
     for (int l = 0; l < L; l++) {
@@ -128,14 +132,21 @@ bool bench_type(ggml_type t, const opts &o, ggml_threadpool *tp) {
         lw[l].up = ggml_new_tensor_2d(wctx, t, d, n);
         lw[l].down_t = ggml_new_tensor_2d(wctx, t, d, n);
         lw[l].down = ggml_new_tensor_2d(wctx, t, n, d);
+        lw[l].bundle = ggml_new_tensor_2d(wctx, t, d, 2 * n);
         memcpy(base, t_rows_d.data(), mat);
         memcpy(base + mat, t_rows_d.data(), mat);
         memcpy(base + 2 * mat, t_rows_d.data(), mat);
         memcpy(base + 3 * mat, t_rows_n.data(), mat);
+        const size_t row = ggml_row_size(t, d);
+        for (int64_t i = 0; i < n; i++) {  // the bundle interleaves the rows of gate and up
+            memcpy(base + 4 * mat + 2 * i * row, t_rows_d.data() + i * row, row);
+            memcpy(base + 4 * mat + (2 * i + 1) * row, t_rows_d.data() + i * row, row);
+        }
         lw[l].gate->data = base;
         lw[l].up->data = base + mat;
         lw[l].down_t->data = base + 2 * mat;
         lw[l].down->data = base + 3 * mat;
+        lw[l].bundle->data = base + 4 * mat;
     }
 
     ggml_init_params ip = {ggml_tensor_overhead() * (size_t)(L + 8) + sizeof(float) * (size_t)(d * T) +
@@ -149,15 +160,22 @@ bool bench_type(ggml_type t, const opts &o, ggml_threadpool *tp) {
     for (int l = 0; l < L; l++) idx[l] = ggml_new_tensor_2d(ictx, GGML_TYPE_I32, n + 1, 1);
 
     const size_t gsize = 16 * (size_t)L + 64;
-    auto build = [&](ggml_context *gctx, bool sparse, bool fallback) {
+    auto build = [&](ggml_context *gctx, bool sparse, bool bundled) {
         ggml_cgraph *g = ggml_new_graph_custom(gctx, gsize);
         ggml_tensor *cur = x;
         for (int l = 0; l < L; l++) {
             ggml_tensor *y;
             if (sparse) {
-                ggml_tensor *gt = ggml_mul_mat_sparse_rows(gctx, lw[l].gate, cur, idx[l], 0, n);
-                ggml_tensor *ut = ggml_mul_mat_sparse_rows(gctx, lw[l].up, cur, idx[l], 0, n);
-                y = ggml_sparse_down(gctx, lw[l].down_t, fallback ? lw[l].down : nullptr, ggml_mul(gctx, gt, ut), idx[l], 0, n);
+                ggml_tensor *gt, *ut;
+                if (bundled) {
+                    ggml_tensor *gu = ggml_mul_mat_sparse_rows_bundle(gctx, lw[l].bundle, cur, idx[l], 0, n, 2);
+                    gt = ggml_view_2d(gctx, gu, n, T, gu->nb[1], 0);
+                    ut = ggml_view_2d(gctx, gu, n, T, gu->nb[1], gu->nb[2]);
+                } else {
+                    gt = ggml_mul_mat_sparse_rows(gctx, lw[l].gate, cur, idx[l], 0, n);
+                    ut = ggml_mul_mat_sparse_rows(gctx, lw[l].up, cur, idx[l], 0, n);
+                }
+                y = ggml_sparse_down(gctx, lw[l].down_t, lw[l].down, ggml_mul(gctx, gt, ut), idx[l], 0, n);
             } else {
                 ggml_tensor *h = ggml_mul(gctx, ggml_mul_mat(gctx, lw[l].gate, cur), ggml_mul_mat(gctx, lw[l].up, cur));
                 y = ggml_mul_mat(gctx, lw[l].down, h);
@@ -180,8 +198,8 @@ bool bench_type(ggml_type t, const opts &o, ggml_threadpool *tp) {
     printf("\n%s: %d layers of %.1f MiB (%.2f GiB), T=%lld, threads=%d, skew=%.2f, %s pages\n", ggml_type_name(t), L,
            layer_bytes / 1048576.0, layer_bytes * (double)L / 1073741824.0, (long long)T, o.threads, o.skew,
            o.hugepages ? "2 MiB" : "4 KiB");
-    printf("| sparsity | active | dense ms/layer | sparse ms/layer | dense/sparse | (medians) | pure-sparse ms/layer | dense/pure |\n");
-    printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    printf("| sparsity | active | dense ms/layer | bundled ms/layer | dense/bundled | (medians) | separate ms/layer | dense/separate | (medians) |\n");
+    printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (double sp : o.sparsity) {
         const int64_t k = std::max<int64_t>(0, std::min<int64_t>(n, (int64_t)std::llround(n * (1.0 - sp / 100.0))));
         std::vector<double> td, ts, tq;
@@ -207,8 +225,8 @@ bool bench_type(ggml_type t, const opts &o, ggml_threadpool *tp) {
             tq.push_back((t3 - t2) / L);
         }
         const double md = best(td) * 1e3, ms = best(ts) * 1e3, mq = best(tq) * 1e3;
-        printf("| %.0f%% | %lld | %.3f | %.3f | %.2fx | %.2fx | %.3f | %.2fx |\n", sp, (long long)k, md, ms, md / ms,
-               median(td) / median(ts), mq, md / mq);
+        printf("| %.0f%% | %lld | %.3f | %.3f | %.2fx | %.2fx | %.3f | %.2fx | %.2fx |\n", sp, (long long)k, md, ms, md / ms,
+               median(td) / median(ts), mq, md / mq, median(td) / median(tq));
         fflush(stdout);
     }
 

@@ -275,6 +275,13 @@ struct ggml_tensor *ggml_sparse_predict(struct ggml_context *ctx, struct ggml_te
 // them; the planner gives them no defined value).
 struct ggml_tensor *ggml_mul_mat_sparse_rows(struct ggml_context *ctx, struct ggml_tensor *w, struct ggml_tensor *x,
                                              struct ggml_tensor *idx, int64_t begin, int64_t end);
+// The same over a neuron bundle: w [d, g*n] holds g rows per neuron, adjacent
+// (e.g. g = 2: gate_0, up_0, gate_1, up_1, ...), so an active neuron is one
+// contiguous run of g rows -- scattered reads that long stream much better
+// than g separate rows (BENCHMARKS.md). -> F32 [n, T, g]: plane j holds the
+// dots with row g*i + j. g = 1 is ggml_mul_mat_sparse_rows.
+struct ggml_tensor *ggml_mul_mat_sparse_rows_bundle(struct ggml_context *ctx, struct ggml_tensor *w, struct ggml_tensor *x,
+                                                    struct ggml_tensor *idx, int64_t begin, int64_t end, int g);
 // Column-sparse down projection: wt [d, n] (ffn_down_t: one contiguous row of d
 // per neuron, any type with to_float), h [n, T] F32 -> F32 [d, T] with
 // y[:, t] = Σ_{i active in [begin, end)} h[i, t] · wt_i. Every output is written

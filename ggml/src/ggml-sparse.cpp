@@ -2,7 +2,7 @@
 // are in cpu/ops-sparse.cpp; the index-list layout is documented in ggml.h.
 //
 // op_params: SPARSE_SELECT {f32 threshold, i32 abs}; SPARSE_MASK {f32 threshold}; MUL_MAT_SPARSE_ROWS {i32 begin,
-// i32 end}; SPARSE_DOWN {i32 begin, i32 end, i32 mode}: mode 0 = the policy
+// i32 end, i32 g}; SPARSE_DOWN {i32 begin, i32 end, i32 mode}: mode 0 = the policy
 // ggml_sparse_should_use_dense picks the path, 1 = always sparse, 2 = dense
 // whenever w_down is given and the range is aligned (tests set it).
 #include <cstring>
@@ -64,22 +64,30 @@ ggml_tensor *ggml_sparse_predict(ggml_context *ctx, ggml_tensor *fc1, ggml_tenso
     return ggml_sparse_select(ctx, ggml_mul_mat(ctx, fc2, h), threshold);
 }
 
-ggml_tensor *ggml_mul_mat_sparse_rows(ggml_context *ctx, ggml_tensor *w, ggml_tensor *x, ggml_tensor *idx,
-                                      int64_t begin, int64_t end) {
-    const char *op = "mul_mat_sparse_rows";
+ggml_tensor *ggml_mul_mat_sparse_rows_bundle(ggml_context *ctx, ggml_tensor *w, ggml_tensor *x, ggml_tensor *idx,
+                                             int64_t begin, int64_t end, int g) {
+    const char *op = g == 1 ? "mul_mat_sparse_rows" : "mul_mat_sparse_rows_bundle";
     const ggml_type_traits *tr = ggml_get_type_traits(w->type);
     if (!tr->vec_dot) ggml_abort("%s: no dot kernel for weight type %s", op, tr->name);
     if (!ggml_is_contiguous_rows(w) || w->ne[2] != 1 || w->ne[3] != 1) ggml_abort("%s: w must be 2-D with contiguous rows", op);
     if (x->type != GGML_TYPE_F32 || x->nb[0] != sizeof(float)) ggml_abort("%s: x must be F32 with contiguous rows", op);
     if (x->ne[0] != w->ne[0] || x->ne[2] != 1 || x->ne[3] != 1) ggml_abort("%s: x must be [d, T] with w [d, n]", op);
-    check_idx(op, idx, w->ne[1]);
-    ggml_tensor *r = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1]);
+    if (g < 1 || w->ne[1] % g) ggml_abort("%s: w has %lld rows, not a multiple of g = %d", op, (long long)w->ne[1], g);
+    const int64_t n = w->ne[1] / g;
+    check_idx(op, idx, n);
+    ggml_tensor *r = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, n, x->ne[1], g);
     r->op = GGML_OP_MUL_MAT_SPARSE_ROWS;
     r->src[0] = w;
     r->src[1] = x;
     r->src[2] = idx;
-    set_range(op, r, begin, end, w->ne[1]);
+    set_range(op, r, begin, end, n);
+    r->op_params[2] = g;
     return r;
+}
+
+ggml_tensor *ggml_mul_mat_sparse_rows(ggml_context *ctx, ggml_tensor *w, ggml_tensor *x, ggml_tensor *idx,
+                                      int64_t begin, int64_t end) {
+    return ggml_mul_mat_sparse_rows_bundle(ctx, w, x, idx, begin, end, 1);
 }
 
 ggml_tensor *ggml_sparse_down(ggml_context *ctx, ggml_tensor *wt, ggml_tensor *wd, ggml_tensor *h, ggml_tensor *idx,

@@ -312,7 +312,9 @@ struct Graph {
                 throw nb::value_error((name + ": weight must be 2-D with contiguous rows").c_str());
             f32(x, down ? "h" : "x");
             if (x->nb[0] != sizeof(float) || x->ne[2] != 1 || x->ne[3] != 1) throw nb::value_error((name + ": activations must be 2-D").c_str());
-            const int64_t n = w->ne[1];
+            const int g = down ? 1 : iparam(params, "g", 1);  // mul_mat_sparse_rows: rows per neuron (bundle)
+            if (g < 1 || w->ne[1] % g) throw nb::value_error((name + ": g must divide the weight's row count").c_str());
+            const int64_t n = w->ne[1] / g;
             if (x->ne[0] != (down ? n : w->ne[0]))
                 throw nb::value_error((name + (down ? ": h [T, n] and wt [n, d] differ in n" : ": x [T, d] and w [n, d] differ in d")).c_str());
             if (idx->type != GGML_TYPE_I32 || idx->nb[0] != sizeof(int32_t) || idx->ne[2] != 1 || idx->ne[3] != 1 ||
@@ -337,7 +339,8 @@ struct Graph {
                     throw nb::value_error("sparse_down: w_down must be [d, n] (numpy order) for wt [n, d]");
             }
             if (mode < 0 || mode > 2) throw nb::value_error("sparse_down: mode must be 0 (policy), 1 (sparse) or 2 (dense)");
-            r = down ? ggml_sparse_down(ctx, w, wd, x, idx, begin, end) : ggml_mul_mat_sparse_rows(ctx, w, x, idx, begin, end);
+            r = down ? ggml_sparse_down(ctx, w, wd, x, idx, begin, end)
+                     : ggml_mul_mat_sparse_rows_bundle(ctx, w, x, idx, begin, end, g);
             if (down) r->op_params[2] = mode;
             set_prec(r, params);
         } else {

@@ -51,7 +51,10 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *ds
     p.vrow = ggml_row_size(p.vdt, K);
     // the q8x kernels only when SIMD kernels are active (not under ggml_cpu_force_scalar)
     const ggml_q8x_kernels *q = ta->vec_dot != ta->vec_dot_ref ? ggml_cpu_q8x() : nullptr;
-    p.q8x_dot = q && K % 32 == 0 && (b->ne[1] > 1 || q->matvec[a->type]) ? q->dot[a->type] : nullptr;
+    // With GGML_PREC_HIGH a single activation row is a pair (row, residual):
+    // the multi-column kernel unpacks each weight group once for both.
+    const bool high = ggml_prec_high(dst);
+    p.q8x_dot = q && K % 32 == 0 && (b->ne[1] > 1 || high || q->matvec[a->type]) ? q->dot[a->type] : nullptr;
     p.q8x_quantize = p.q8x_dot ? q->quantize : nullptr;
     if (p.q8x_dot) p.vrow = ggml_q8x_row_size(K);
     // F16 weights keep their F16 activation rows; only the kernel is the

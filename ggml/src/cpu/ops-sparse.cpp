@@ -9,7 +9,9 @@
 //   saves a barrier); the ACTIVE LIST (not the index range) is split evenly among
 //   threads, so every thread reads the same number of weight rows. Each thread
 //   also zero-fills the inactive outputs between its first and last active id.
-//   Each output is one vec_dot call, the same as in the dense MUL_MAT.
+//   Each output is one vec_dot call, the same as in the dense MUL_MAT. A bundle
+//   (g rows per neuron, adjacent) is walked the same way, an active neuron being
+//   one contiguous run of g rows; plane j of dst gets the dots with row g*i+j.
 // SPARSE_DOWN: the OUTPUT dimension d is split among threads (slices aligned to
 //   the weight block). Every thread walks the whole active list in ascending
 //   order and accumulates h_i * wt_i[slice] into its own slice of y: accumulators
@@ -33,6 +35,7 @@
 #include "ggml-quants.h"
 #include "ops.h"
 #include "sparse-axpy.h"
+#include "vec-dot-simd.h"
 
 namespace {
 
@@ -214,6 +217,11 @@ struct rows_plan {
     size_t xstride;  // bytes per token: vrow, or 2 vrow with the GGML_PREC_HIGH residual
     bool high;
     bool convert;
+    // GGML_PREC_HIGH with a multi-column kernel for the type: the activations
+    // in the q8x layout, each token's (row, residual) pair one call of q8x_dot
+    // (the weights unpacked once for both), as the dense MUL_MAT does.
+    ggml_q8x_dot_t q8x_dot;
+    ggml_q8x_quantize_t q8x_quantize;
     bool priv;     // every thread converts all tokens into its own area: no barrier
 };
 
@@ -228,6 +236,11 @@ rows_plan make_rows_plan(const ggml_tensor *dst) {
     p.vrow = ggml_row_size(p.vdt, x->ne[0]);
     p.convert = p.vdt != GGML_TYPE_F32;
     p.high = p.convert && ggml_prec_high(dst);
+    const ggml_type_traits *tw = ggml_get_type_traits(w->type);
+    const ggml_q8x_kernels *q = tw->vec_dot != tw->vec_dot_ref ? ggml_cpu_q8x() : nullptr;
+    p.q8x_dot = p.high && q && x->ne[0] % 32 == 0 ? q->dot[w->type] : nullptr;
+    p.q8x_quantize = p.q8x_dot ? q->quantize : nullptr;
+    if (p.q8x_dot) p.vrow = ggml_q8x_row_size(x->ne[0]);
     p.xstride = p.high ? 2 * p.vrow : p.vrow;
     p.priv = x->ne[1] <= PRIVATE_CONVERT_MAX_T;
     return p;
@@ -256,6 +269,8 @@ extern "C" void ggml_compute_forward_mul_mat_sparse_rows(const ggml_compute_para
     if (p.convert) {  // activations -> vec_dot_type, once per token
         const ggml_type_traits *tv = ggml_get_type_traits(p.vdt);
         if (!tv->from_float) ggml_abort("%s: no converter to %s", op, ggml_type_name(p.vdt));
+        const ggml_from_float_t from_float = p.q8x_dot ? p.q8x_quantize : tv->from_float;
+        const ggml_to_float_t to_float = p.q8x_dot ? ggml_q8x_to_float : tv->to_float;
         const size_t one = align_up(p.xstride * (size_t)T);
         float *scratch = (float *)(wdata + (p.priv ? (size_t)nth : 1) * one) + (size_t)ith * (align_up(sizeof(float) * (size_t)K) / sizeof(float));
         int64_t t0 = 0, t1 = T;
@@ -263,13 +278,16 @@ extern "C" void ggml_compute_forward_mul_mat_sparse_rows(const ggml_compute_para
         else ggml_split_range(T, ith, nth, &t0, &t1);
         for (int64_t t = t0; t < t1; t++)
             ggml_convert_act((const float *)((const char *)x->data + t * x->nb[1]), wdata + (size_t)t * p.xstride, K,
-                             tv->from_float, tv->to_float, p.vrow, p.high, scratch);
+                             from_float, to_float, p.vrow, p.high, scratch);
         if (!p.priv) ggml_barrier(params->tp);
     }
     auto xrow = [&](int64_t t) -> const void * {
         return p.convert ? (const void *)(wdata + (size_t)t * p.xstride) : (const void *)((const char *)x->data + t * x->nb[1]);
     };
-    auto out = [&](int64_t i, int64_t t) { return (float *)((char *)dst->data + t * dst->nb[1]) + i; };
+    const int g = dst->op_params[2] > 0 ? dst->op_params[2] : 1;
+    auto outg = [&](int64_t i, int64_t t, int j) {
+        return (float *)((char *)dst->data + t * dst->nb[1] + j * dst->nb[2]) + i;
+    };
 
     const active_list l = read_list(op, idx, begin, end);
     int64_t a0, a1;
@@ -282,7 +300,8 @@ extern "C" void ggml_compute_forward_mul_mat_sparse_rows(const ggml_compute_para
     const int64_t hi = ith == nth - 1 ? end : (a1 < l.hi ? l.ids[a1] : end);
     auto zero = [&](int64_t z0, int64_t z1) {
         if (z1 > z0)
-            for (int64_t t = 0; t < T; t++) memset(out(z0, t), 0, sizeof(float) * (size_t)(z1 - z0));
+            for (int j = 0; j < g; j++)
+                for (int64_t t = 0; t < T; t++) memset(outg(z0, t, j), 0, sizeof(float) * (size_t)(z1 - z0));
     };
 
     // one output: the dot with the converted row, plus (HIGH) with its residual
@@ -294,21 +313,35 @@ extern "C" void ggml_compute_forward_mul_mat_sparse_rows(const ggml_compute_para
             *s += r;
         }
     };
-    const size_t wbytes = ggml_row_size(w->type, K);
-    auto wrow_of = [&](int64_t a) { return (const char *)w->data + (int64_t)l.ids[a] * w->nb[1]; };
+    const size_t wbytes = (size_t)g * ggml_row_size(w->type, K);  // one neuron: g adjacent rows
+    auto wrow_of = [&](int64_t a) { return (const char *)w->data + (int64_t)l.ids[a] * g * w->nb[1]; };
     // Scattered rows need software prefetch; a contiguous run of active rows is
     // one sequential stream that the hardware prefetcher already follows.
     const bool contiguous = a1 > a0 && l.ids[a1 - 1] - l.ids[a0] == a1 - 1 - a0;
-    const int64_t ahead = contiguous ? 0 : prefetch_rows(wbytes);
+    // (the distance counts rows, and each row is fetched just before the row it
+    // pairs with is computed: one neuron's g rows at once overfill the queue)
+    const size_t rbytes = wbytes / (size_t)g;
+    const int64_t ahead = contiguous ? 0 : std::max<int64_t>(1, prefetch_rows(rbytes) / g);
     for (int64_t a = a0; a < std::min(a1, a0 + ahead); a++) prefetch_bytes(wrow_of(a), wbytes);
     int64_t cur = lo;
     for (int64_t a = a0; a < a1; a++) {
         const int64_t i = l.ids[a];
-        if (ahead && a + ahead < a1) prefetch_bytes(wrow_of(a + ahead), wbytes);
         if (i < cur || i >= hi) bad_list(op, i);
         zero(cur, i);
-        const char *wrow = (const char *)w->data + i * w->nb[1];
-        for (int64_t t = 0; t < T; t++) vec_dot(K, out(i, t), wrow, xrow(t));
+        for (int j = 0; j < g; j++) {
+            if (ahead && a + ahead < a1) prefetch_bytes(wrow_of(a + ahead) + j * rbytes, rbytes);
+            const char *wrow = (const char *)w->data + (i * g + j) * w->nb[1];
+            if (p.q8x_dot) {  // up to four tokens' pairs per call
+                for (int64_t t0 = 0; t0 < T; t0 += 4) {
+                    const int nt = (int)std::min<int64_t>(4, T - t0);
+                    float pair[8];
+                    p.q8x_dot(K, wrow, xrow(t0), p.vrow, pair, sizeof(float), 2 * nt);
+                    for (int c = 0; c < nt; c++) *outg(i, t0 + c, j) = pair[2 * c] + pair[2 * c + 1];
+                }
+            } else {
+                for (int64_t t = 0; t < T; t++) vec_dot(K, outg(i, t, j), wrow, xrow(t));
+            }
+        }
         cur = i + 1;
     }
     zero(cur, hi);
