@@ -56,9 +56,18 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+ACTIVE_RE = re.compile(r"sparse layer\s+\d+: active\s+([\d.]+)%")
+
+
+def runtime_sparsity(stats_stderr: str) -> float:
+    """1 - the mean per-layer active fraction that pinfer-cli --sparse-stats printed."""
+    v = [float(x) for x in ACTIVE_RE.findall(stats_stderr)]
+    return 1.0 - sum(v) / len(v) / 100.0 if v else float("nan")
+
+
 class Pinfer:
-    def __init__(self, cli: str, n: int):
-        self.cli, self.n = cli, n
+    def __init__(self, cli: str, n: int, precision=None):
+        self.cli, self.n, self.precision = cli, n, precision
         help_text = subprocess.run([cli, "--help"], capture_output=True, text=True).stdout
         self.has_sparse = "--sparse " in help_text or "--sparse MODE" in help_text
         self.has_stats = "--sparse-stats" in help_text
@@ -68,6 +77,8 @@ class Pinfer:
              "--temp", "0", "--no-display-prompt"]
         if mode != "dense":
             c += ["--sparse", mode]
+        if self.precision:
+            c += ["--precision", self.precision]
         return c + list(extra)
 
     def run(self, model: str, mode: str, threads: int, n=None, extra=()):
@@ -97,8 +108,9 @@ def ensure_model(args, sparsity: float):
     stem = os.path.join(args.models_dir, f"llama7b-L{args.layers}-{args.type}-s{round(sparsity * 100)}")
     if not (os.path.exists(stem + ".ext.gguf") and os.path.exists(stem + ".json")) or args.regen:
         log(f"generating {stem} (scripts/make_bench_model.py) ...")
+        cal = ["--cal", *args.cal.split(",")] if args.cal else []
         subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_bench_model.py"), "--out", stem,
-                        "--layers", str(args.layers), "--type", args.type, "--sparsity", str(sparsity)],
+                        "--layers", str(args.layers), "--type", args.type, "--sparsity", str(sparsity), *cal],
                        check=True)
     with open(stem + ".json") as fh:
         rep = json.load(fh)
@@ -124,9 +136,11 @@ def main(argv=None) -> int:
     ap.add_argument("--models-dir", default=os.path.expanduser("~/.cache/pinfer-bench"))
     ap.add_argument("--regen", action="store_true", help="regenerate the model files")
     ap.add_argument("--json", default=None, help="also write the raw results here")
+    ap.add_argument("--precision", default=None, help="pinfer-cli --precision (default: pinfer's own, high)")
+    ap.add_argument("--cal", default=None, help="make_bench_model.py --cal SEQS,LEN when generating")
     args = ap.parse_args(argv)
 
-    pin = Pinfer(args.pinfer_cli, args.n)
+    pin = Pinfer(args.pinfer_cli, args.n, args.precision)
     modes = [m for m in args.modes.split(",") if m]
     if modes and not pin.has_sparse:
         log("pinfer-cli has no --sparse flag: timing dense only")
@@ -149,12 +163,15 @@ def main(argv=None) -> int:
     if args.llama_bench:
         llama_bench(args.llama_bench, plain0, threads[0], 0, 4, lb_extra)
 
-    stats = {}
+    stats, runtime = {}, {}
     if pin.has_stats:
         for s, (_, ext, _) in files.items():
             for mode in modes:
                 _, _, err = pin.run(ext, mode, threads[0], extra=["--sparse-stats", "--sparse-verify"])
                 stats[(s, mode)] = [ln for ln in err.splitlines() if "sparse" in ln.lower()]
+            # the FFN sparsity the runtime sees on this prompt and its greedy tokens (exact: relu(gate) = 0)
+            _, _, err = pin.run(ext, "exact", threads[0], extra=["--sparse-stats"])
+            runtime[s] = runtime_sparsity(err)
 
     configs = []
     for t in threads:
@@ -196,11 +213,13 @@ def main(argv=None) -> int:
             out["llama_cpp_tg"][t] = v
             print(f"llama.cpp tg{args.n} (plain file{', --poll ' + args.llama_poll if lb_extra else ''}): "
                   f"median {ll:.2f} tok/s, best {max(v):.2f}; pp32 {pp[t]:.1f} tok/s\n")
-        print("| target sparsity | measured sparsity | pinfer mode | tok/s median | best | vs pinfer dense (medians) "
-              "| (best) | (paired per round, median) | vs llama.cpp (medians) | (best) | greedy text = dense |")
-        print("|" + "---|" * 11)
+        print("| target sparsity | measured sparsity | runtime sparsity | pinfer mode | tok/s median | best "
+              "| vs pinfer dense (medians) | (best) | (paired per round, median) | vs llama.cpp (medians) | (best) "
+              "| greedy text = dense |")
+        print("|" + "---|" * 12)
         for s in sparsities:
             meas = files[s][2]["measured"]["sparsity_mean"]
+            rt = runtime.get(s, float("nan"))
             dense = med(results[("pinfer", s, "dense", t)])
             for mode in ["dense"] + modes:
                 v = results[("pinfer", s, mode, t)]
@@ -212,9 +231,10 @@ def main(argv=None) -> int:
                     vsl = f"{med(v) / ll:.2f}x | {max(v) / max(lv):.2f}x"
                 else:
                     vsl = "- | -"
-                print(f"| {s:.2f} | {meas:.3f} | {mode} | {med(v):.2f} | {max(v):.2f} | {med(v) / dense:.2f}x | "
+                print(f"| {s:.2f} | {meas:.3f} | {rt:.3f} | {mode} | {med(v):.2f} | {max(v):.2f} | {med(v) / dense:.2f}x | "
                       f"{max(v) / max(dv):.2f}x | {paired:.2f}x | {vsl} | {same} |")
-                out["rows"].append({"threads": t, "sparsity": s, "measured_sparsity": meas, "mode": mode, "tok_s": v,
+                out["rows"].append({"threads": t, "sparsity": s, "measured_sparsity": meas, "runtime_sparsity": rt,
+                                    "mode": mode, "tok_s": v,
                                     "same_text_as_dense": checks.get((s, mode))})
     for (s, mode), lines in stats.items():
         print(f"\n--sparse-stats s={s:.2f} {mode}:")
