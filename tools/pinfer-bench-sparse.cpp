@@ -29,12 +29,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ggml.h"
@@ -94,6 +98,58 @@ void fill_template(ggml_type t, std::vector<uint8_t> &out, int64_t rows, int64_t
     for (float &v : f) v = nd(rng);
     out.resize(ggml_row_size(t, cols) * (size_t)rows);
     ggml_quantize_chunk(t, f.data(), out.data(), rows, cols);
+}
+
+// Sum of n bytes (n a multiple of 128): four chains of 256-bit loads.
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) uint64_t sum_bytes(const uint8_t *p, size_t n) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i + 128 <= n; i += 128) {
+        a0 = _mm256_add_epi64(a0, _mm256_loadu_si256((const __m256i *)(p + i)));
+        a1 = _mm256_add_epi64(a1, _mm256_loadu_si256((const __m256i *)(p + i + 32)));
+        a2 = _mm256_add_epi64(a2, _mm256_loadu_si256((const __m256i *)(p + i + 64)));
+        a3 = _mm256_add_epi64(a3, _mm256_loadu_si256((const __m256i *)(p + i + 96)));
+    }
+    a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+    uint64_t r[4];
+    _mm256_storeu_si256((__m256i *)r, a0);
+    return r[0] + r[1] + r[2] + r[3];
+}
+#else
+uint64_t sum_bytes(const uint8_t *p, size_t n) {
+    uint64_t a = 0;
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        uint64_t v;
+        memcpy(&v, p + i, 8);
+        a += v;
+    }
+    return a;
+}
+#endif
+
+// Plain reads, no arithmetic: the ceiling the kernels work against. Every
+// chunk of lens[c] bytes at chunks[c] is summed; the chunks are split evenly
+// among nt threads in order. Returns GB/s.
+double raw_read(const std::vector<const uint8_t *> &chunks, const std::vector<size_t> &lens, int nt) {
+    std::vector<uint64_t> sink((size_t)nt, 0);
+    auto work = [&](int th) {
+        const size_t c0 = chunks.size() * th / nt, c1 = chunks.size() * (th + 1) / nt;
+        uint64_t a = 0;
+        for (size_t c = c0; c < c1; c++) a += sum_bytes(chunks[c], lens[c]);
+        sink[(size_t)th] = a;
+    };
+    size_t total = 0;
+    for (size_t l : lens) total += l;
+    const double t0 = now();
+    std::vector<std::thread> th;
+    for (int i = 1; i < nt; i++) th.emplace_back(work, i);
+    work(0);
+    for (auto &t : th) t.join();
+    const double dt = now() - t0;
+    uint64_t s = 0;
+    for (uint64_t v : sink) s += v;
+    if (s == 42) printf(" ");  // keep the sums alive
+    return (double)total / dt / 1e9;
 }
 
 struct result {
@@ -228,6 +284,38 @@ bool bench_type(ggml_type t, const opts &o, ggml_threadpool *tp) {
         printf("| %.0f%% | %lld | %.3f | %.3f | %.2fx | %.2fx | %.3f | %.2fx | %.2fx |\n", sp, (long long)k, md, ms, md / ms,
                median(td) / median(ts), mq, md / mq, median(td) / median(tq));
         fflush(stdout);
+    }
+
+    // The memory system's own ratio at 90%: streaming the three dense matrices
+    // vs reading the bundled layout's active rows (one gate/up pair and one
+    // down_t row per neuron) of every layer, plain sums, no arithmetic.
+    {
+        const int64_t k = (int64_t)std::llround(n * 0.1);
+        const size_t row = ggml_row_size(t, d);
+        std::vector<const uint8_t *> dc, sc;
+        std::vector<size_t> dl, sl;
+        for (int l = 0; l < L; l++) {
+            for (const ggml_tensor *m : {lw[l].gate, lw[l].up, lw[l].down}) {
+                dc.push_back((const uint8_t *)m->data);
+                dl.push_back(mat);
+            }
+            const std::vector<int32_t> ids = draw_active(n, k, o.skew, rng);
+            for (int32_t i : ids) {
+                sc.push_back((const uint8_t *)lw[l].bundle->data + 2 * (size_t)i * row);
+                sl.push_back(2 * row);
+            }
+            for (int32_t i : ids) {
+                sc.push_back((const uint8_t *)lw[l].down_t->data + (size_t)i * row);
+                sl.push_back(row);
+            }
+        }
+        double bd = 0, bs = 0;
+        for (int r = 0; r < 3; r++) {
+            bd = std::max(bd, raw_read(dc, dl, o.threads));
+            bs = std::max(bs, raw_read(sc, sl, o.threads));
+        }
+        printf("raw reads (%d threads, sums only): dense matrices %.1f GB/s, 10%% of the neurons' rows %.1f GB/s: "
+               "the memory system alone allows dense/sparse <= %.2fx at 90%%\n", o.threads, bd, bs, 10.0 * bs / bd);
     }
 
     ggml_gallocr_free(ad);
