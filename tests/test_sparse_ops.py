@@ -406,8 +406,36 @@ def test_bad_index_lists_and_ranges():
 
 # ---------------------------------------------------------------- GGML_PREC_HIGH
 
+def round_q8(v):
+    """Round half away from zero, clamp to int8 (the activation quantizers' rule), float32."""
+    r = np.where(v < 0, -np.floor(-v + np.float32(0.5)), np.floor(v + np.float32(0.5))).astype(np.float32)
+    return np.clip(r, -127, 127)
+
+
+def q8xh_values(x):
+    """What a q8xh activation row stands for (ggml/src/cpu/vec-dot-simd.h): per block of 32,
+    q as Q8_0 quantizes it and the residual on the grid df/128."""
+    xb = x.astype(np.float32).reshape(x.shape[0], -1, 32)
+    amax = np.abs(xb).max(-1, keepdims=True)
+    d = (amax / np.float32(127)).astype(np.float32)
+    inv = np.where(d != 0, np.float32(1) / np.where(d != 0, d, 1), 0).astype(np.float32)
+    df = d.astype(np.float16).astype(np.float32)
+    ir = np.where(df != 0, np.float32(128) / np.where(df != 0, df, 1), 0).astype(np.float32)
+    q = round_q8((xb * inv).astype(np.float32))
+    q2 = round_q8(((xb - df * q).astype(np.float32) * ir).astype(np.float32))
+    return ((df.astype(np.float64) / 128) * (128.0 * q + q2)).reshape(x.shape)
+
+
+def uses_q8xh(name, d):
+    return name in ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0") and d % 32 == 0 and \
+        _core.cpu_backend_name().startswith("avx512")
+
+
 def act_as_seen_high(name, x):
-    """Activations under GGML_PREC_HIGH: the converted row plus its converted residual."""
+    """Activations under GGML_PREC_HIGH: the converted row plus its converted residual
+    (the q8xh layout's residual where the type runs on a q8xh kernel)."""
+    if uses_q8xh(name, x.shape[-1]):
+        return q8xh_values(x)
     first = act_as_seen(name, x)
     return first + act_as_seen(name, (x.astype(np.float64) - first).astype(np.float32))
 

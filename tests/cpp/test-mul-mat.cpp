@@ -7,8 +7,9 @@
 // dequantized, reference-quantized activations: it checks the plumbing to
 // float rounding. A looser check against the exact activations bounds the
 // total error too. With GGML_PREC_HIGH the reference activations are the
-// converted row plus its converted residual, and the bound against the exact
-// product is 60x tighter.
+// converted row plus its converted residual (for the types with q8xh kernels on
+// AVX-512: the residual on the grid df/128 that layout defines), and the bound
+// against the exact product is 60x tighter.
 
 #include <math.h>
 #include <stdio.h>
@@ -39,6 +40,37 @@ static float randn() {
 }
 
 enum b_layout { B_CONTIG, B_TRANSPOSED, B_PERMUTED };
+
+// round half away from zero, clamped to int8 (the activation quantizers' rule)
+static float round_q8(float v) {
+    const float r = v < 0 ? -floorf(-v + 0.5f) : floorf(v + 0.5f);
+    return fminf(127.0f, fmaxf(-127.0f, r));
+}
+
+// The values a q8xh activation row stands for (vec-dot-simd.h): per block of 32,
+// q as Q8_0 quantizes it, the residual on the grid df/128.
+static void q8xh_values(const float *x, float *out, int64_t k) {
+    for (int64_t b = 0; b < k / 32; b++) {
+        const float *xb = x + 32 * b;
+        float amax = 0;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float df = ggml_fp16_to_fp32(ggml_fp32_to_fp16(d));
+        const float ir = df != 0.0f ? 128.0f / df : 0.0f;
+        for (int i = 0; i < 32; i++) {
+            const float q = round_q8(xb[i] * id);
+            const float q2 = round_q8(fmaf(-df, q, xb[i]) * ir);
+            out[32 * b + i] = (float)((double)(df / 128.0f) * (128.0 * q + q2));
+        }
+    }
+}
+
+// Does this product run on a q8xh kernel? (AVX-512 kernels, the q4/q5/q8_0 family)
+static bool uses_q8xh(ggml_type t, int64_t K) {
+    const bool family = t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1 ||
+                        t == GGML_TYPE_Q8_0;
+    return family && K % 32 == 0 && strncmp(ggml_cpu_backend_name(), "avx512", 6) == 0;
+}
 
 // a [K, M, A2, A3] of type t, b [K, N, B2, B3] F32 in the given layout.
 static void run_case(ggml_type t, int64_t K, int64_t M, int64_t N, int64_t A2, int64_t A3, int64_t B2, int64_t B3,
@@ -99,6 +131,10 @@ static void run_case(ggml_type t, int64_t K, int64_t M, int64_t N, int64_t A2, i
         std::vector<uint8_t> tmp(ggml_row_size(vdt, K));
         std::vector<float> res(K), deq(K);
         for (size_t r = 0; r < bl.size() / K; r++) {
+            if (high && uses_q8xh(t, K)) {
+                q8xh_values(bl.data() + r * K, bq.data() + r * K, K);
+                continue;
+            }
             tv->from_float_ref(bl.data() + r * K, tmp.data(), K);
             tv->to_float(tmp.data(), bq.data() + r * K, K);
             if (!high) continue;

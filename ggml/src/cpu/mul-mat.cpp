@@ -51,12 +51,18 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *ds
     p.vrow = ggml_row_size(p.vdt, K);
     // the q8x kernels only when SIMD kernels are active (not under ggml_cpu_force_scalar)
     const ggml_q8x_kernels *q = ta->vec_dot != ta->vec_dot_ref ? ggml_cpu_q8x() : nullptr;
-    // With GGML_PREC_HIGH a single activation row is a pair (row, residual):
-    // the multi-column kernel unpacks each weight group once for both.
     const bool high = ggml_prec_high(dst);
-    p.q8x_dot = q && K % 32 == 0 && (b->ne[1] > 1 || high || q->matvec[a->type]) ? q->dot[a->type] : nullptr;
+    // GGML_PREC_HIGH with a q8xh kernel for the type: the residual travels in
+    // the activation layout itself (vec-dot-simd.h), one column per row.
+    const bool hi_kernel = high && q && K % 32 == 0 && q->dot_hi[a->type];
+    p.q8x_dot = q && K % 32 == 0 && (b->ne[1] > 1 || q->matvec[a->type]) ? q->dot[a->type] : nullptr;
     p.q8x_quantize = p.q8x_dot ? q->quantize : nullptr;
     if (p.q8x_dot) p.vrow = ggml_q8x_row_size(K);
+    if (hi_kernel) {
+        p.q8x_dot = q->dot_hi[a->type];
+        p.q8x_quantize = q->quantize_hi;
+        p.vrow = ggml_q8xh_row_size(K);
+    }
     // F16 weights keep their F16 activation rows; only the kernel is the
     // multi-column one. Mat-vec keeps vec_dot, whose four accumulators hide
     // the fma latency that a single column's one accumulator would expose.
@@ -68,7 +74,9 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *ds
     }
     p.gather = b->nb[0] != sizeof(float);
     p.direct = p.vdt == GGML_TYPE_F32 && !p.gather;
-    p.resid = ggml_prec_high(dst) && p.vdt != GGML_TYPE_F32;
+    // other types with GGML_PREC_HIGH: each row is followed by its converted
+    // residual, and each output is the sum of the two dots
+    p.resid = high && !hi_kernel && p.vdt != GGML_TYPE_F32;
     p.bstride = p.resid ? 2 * p.vrow : p.vrow;
     p.conv = p.direct ? 0 : align_up(p.bstride * (size_t)(b->ne[1] * b->ne[2] * b->ne[3]));
     return p;

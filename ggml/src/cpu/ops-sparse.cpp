@@ -217,9 +217,9 @@ struct rows_plan {
     size_t xstride;  // bytes per token: vrow, or 2 vrow with the GGML_PREC_HIGH residual
     bool high;
     bool convert;
-    // GGML_PREC_HIGH with a multi-column kernel for the type: the activations
-    // in the q8x layout, each token's (row, residual) pair one call of q8x_dot
-    // (the weights unpacked once for both), as the dense MUL_MAT does.
+    // GGML_PREC_HIGH with a q8xh kernel for the type: the activations in the
+    // q8xh layout (residual included), up to eight tokens per call, as the
+    // dense MUL_MAT does.
     ggml_q8x_dot_t q8x_dot;
     ggml_q8x_quantize_t q8x_quantize;
     bool priv;     // every thread converts all tokens into its own area: no barrier
@@ -238,10 +238,10 @@ rows_plan make_rows_plan(const ggml_tensor *dst) {
     p.high = p.convert && ggml_prec_high(dst);
     const ggml_type_traits *tw = ggml_get_type_traits(w->type);
     const ggml_q8x_kernels *q = tw->vec_dot != tw->vec_dot_ref ? ggml_cpu_q8x() : nullptr;
-    p.q8x_dot = p.high && q && x->ne[0] % 32 == 0 ? q->dot[w->type] : nullptr;
-    p.q8x_quantize = p.q8x_dot ? q->quantize : nullptr;
-    if (p.q8x_dot) p.vrow = ggml_q8x_row_size(x->ne[0]);
-    p.xstride = p.high ? 2 * p.vrow : p.vrow;
+    p.q8x_dot = p.high && q && x->ne[0] % 32 == 0 ? q->dot_hi[w->type] : nullptr;
+    p.q8x_quantize = p.q8x_dot ? q->quantize_hi : nullptr;
+    if (p.q8x_dot) p.vrow = ggml_q8xh_row_size(x->ne[0]);
+    p.xstride = p.high && !p.q8x_dot ? 2 * p.vrow : p.vrow;  // the q8xh layout carries the residual itself
     p.priv = x->ne[1] <= PRIVATE_CONVERT_MAX_T;
     return p;
 }
@@ -270,7 +270,8 @@ extern "C" void ggml_compute_forward_mul_mat_sparse_rows(const ggml_compute_para
         const ggml_type_traits *tv = ggml_get_type_traits(p.vdt);
         if (!tv->from_float) ggml_abort("%s: no converter to %s", op, ggml_type_name(p.vdt));
         const ggml_from_float_t from_float = p.q8x_dot ? p.q8x_quantize : tv->from_float;
-        const ggml_to_float_t to_float = p.q8x_dot ? ggml_q8x_to_float : tv->to_float;
+        const ggml_to_float_t to_float = tv->to_float;
+        const bool resid = p.high && !p.q8x_dot;  // q8xh rows need no second pass
         const size_t one = align_up(p.xstride * (size_t)T);
         float *scratch = (float *)(wdata + (p.priv ? (size_t)nth : 1) * one) + (size_t)ith * (align_up(sizeof(float) * (size_t)K) / sizeof(float));
         int64_t t0 = 0, t1 = T;
@@ -278,7 +279,7 @@ extern "C" void ggml_compute_forward_mul_mat_sparse_rows(const ggml_compute_para
         else ggml_split_range(T, ith, nth, &t0, &t1);
         for (int64_t t = t0; t < t1; t++)
             ggml_convert_act((const float *)((const char *)x->data + t * x->nb[1]), wdata + (size_t)t * p.xstride, K,
-                             from_float, to_float, p.vrow, p.high, scratch);
+                             from_float, to_float, p.vrow, resid, scratch);
         if (!p.priv) ggml_barrier(params->tp);
     }
     auto xrow = [&](int64_t t) -> const void * {
@@ -331,13 +332,9 @@ extern "C" void ggml_compute_forward_mul_mat_sparse_rows(const ggml_compute_para
         for (int j = 0; j < g; j++) {
             if (ahead && a + ahead < a1) prefetch_bytes(wrow_of(a + ahead) + j * rbytes, rbytes);
             const char *wrow = (const char *)w->data + (i * g + j) * w->nb[1];
-            if (p.q8x_dot) {  // up to four tokens' pairs per call
-                for (int64_t t0 = 0; t0 < T; t0 += 4) {
-                    const int nt = (int)std::min<int64_t>(4, T - t0);
-                    float pair[8];
-                    p.q8x_dot(K, wrow, xrow(t0), p.vrow, pair, sizeof(float), 2 * nt);
-                    for (int c = 0; c < nt; c++) *outg(i, t0 + c, j) = pair[2 * c] + pair[2 * c + 1];
-                }
+            if (p.q8x_dot) {  // up to eight tokens per call
+                for (int64_t t0 = 0; t0 < T; t0 += 8)
+                    p.q8x_dot(K, wrow, xrow(t0), p.xstride, outg(i, t0, j), dst->nb[1], (int)std::min<int64_t>(8, T - t0));
             } else {
                 for (int64_t t = 0; t < T; t++) vec_dot(K, outg(i, t, j), wrow, xrow(t));
             }

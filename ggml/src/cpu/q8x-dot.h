@@ -9,8 +9,9 @@
 #include "ggml-quants.h"
 #include "vec-dot-simd.h"
 
-// Quantizer of the q8x activation layout (vec-dot-avx512.cpp).
+// Quantizers of the q8x and q8xh activation layouts (vec-dot-avx512.cpp).
 void ggml_q8x_quantize_avx512(const float *x, void *y, int64_t k);
+void ggml_q8xh_quantize_avx512(const float *x, void *y, int64_t k);
 // Activations for dot_f16: fp16-rounded values stored as f32.
 void ggml_f16r_convert_avx512(const float *x, void *y, int64_t k);
 
@@ -46,8 +47,12 @@ inline void load_group(const typename X::B *x, const typename X::B *tail, int64_
 // applied lane-wise (dy is pre-broadcast in q8x), the offset term m . sd as
 // one 4-lane fma. Each column's arithmetic is the same whatever NC is, so the
 // result of an element never depends on how columns were tiled.
-template <class X, int NC>
+// H: activations in the q8xh layout (vec-dot-simd.h): per column the integer
+// dot of the weights with 128 q + q2 (shift, second vpdpbusd) in place of q.
+template <class X, int NC, bool H = false>
 void dot_q8x(int64_t k, const void *vx, const void *vy, size_t ys, float *s, size_t ss) {
+    constexpr size_t GROUP = H ? GGML_Q8XH_GROUP : GGML_Q8X_GROUP;
+    constexpr size_t DY = H ? 256 : 128, SD = H ? 384 : 256;  // offsets of the scales and sums
     using B = typename X::B;
     const B *x = (const B *)vx;
     const int64_t nb = k / 32, ng = (nb + 3) / 4;
@@ -72,17 +77,21 @@ void dot_q8x(int64_t k, const void *vx, const void *vy, size_t ys, float *s, siz
         const __m512 dx01 = _mm512_permutexvar_ps(i01, _mm512_castps128_ps512(d4));
         const __m512 dx23 = _mm512_permutexvar_ps(i23, _mm512_castps128_ps512(d4));
         const __m512 mz = _mm512_zextps128_ps512(m4);  // m in lanes 0..3, zeros above
-        const uint8_t *yg = y0 + g * GGML_Q8X_GROUP;
+        const uint8_t *yg = y0 + g * GROUP;
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
             const uint8_t *yc = yg + c * ys;
             const __m512i z = _mm512_setzero_si512();
-            const __m512i pa = _mm512_dpbusd_epi32(z, ua, _mm512_loadu_si512(yc));
-            const __m512i pb = _mm512_dpbusd_epi32(z, ub, _mm512_loadu_si512(yc + 64));
-            const __m512 fa = _mm512_mul_ps(_mm512_cvtepi32_ps(pa), _mm512_loadu_ps((const float *)(yc + 128)));
-            const __m512 fb = _mm512_mul_ps(_mm512_cvtepi32_ps(pb), _mm512_loadu_ps((const float *)(yc + 192)));
+            __m512i pa = _mm512_dpbusd_epi32(z, ua, _mm512_loadu_si512(yc));
+            __m512i pb = _mm512_dpbusd_epi32(z, ub, _mm512_loadu_si512(yc + 64));
+            if (H) {  // 128 dot(u, q) + dot(u, q2): |.| < 2^24 per lane, exact in int32 and in the f32 conversion
+                pa = _mm512_dpbusd_epi32(_mm512_slli_epi32(pa, 7), ua, _mm512_loadu_si512(yc + 128));
+                pb = _mm512_dpbusd_epi32(_mm512_slli_epi32(pb, 7), ub, _mm512_loadu_si512(yc + 192));
+            }
+            const __m512 fa = _mm512_mul_ps(_mm512_cvtepi32_ps(pa), _mm512_loadu_ps((const float *)(yc + DY)));
+            const __m512 fb = _mm512_mul_ps(_mm512_cvtepi32_ps(pb), _mm512_loadu_ps((const float *)(yc + DY + 64)));
             // the offset term m . sd joins lanes 0..3; acc itself waits on one add per group
-            const __m512 t = _mm512_fmadd_ps(mz, _mm512_maskz_loadu_ps(0xF, yc + 256), _mm512_mul_ps(fa, dx01));
+            const __m512 t = _mm512_fmadd_ps(mz, _mm512_maskz_loadu_ps(0xF, yc + SD), _mm512_mul_ps(fa, dx01));
             acc[c] = _mm512_add_ps(acc[c], _mm512_fmadd_ps(fb, dx23, t));
         }
     }
@@ -90,18 +99,22 @@ void dot_q8x(int64_t k, const void *vx, const void *vy, size_t ys, float *s, siz
     for (int c = 0; c < NC; c++) *(float *)((char *)s + c * ss) = _mm512_reduce_add_ps(acc[c]);
 }
 
-template <class X>
+template <class X, bool H = false>
 void dot_q8x_n(int64_t k, const void *x, const void *y, size_t ys, float *s, size_t ss, int nc) {
     switch (nc) {
-        case 1: return dot_q8x<X, 1>(k, x, y, ys, s, ss);
-        case 2: return dot_q8x<X, 2>(k, x, y, ys, s, ss);
-        case 3: return dot_q8x<X, 3>(k, x, y, ys, s, ss);
-        case 4: return dot_q8x<X, 4>(k, x, y, ys, s, ss);
-        case 5: return dot_q8x<X, 5>(k, x, y, ys, s, ss);
-        case 6: return dot_q8x<X, 6>(k, x, y, ys, s, ss);
-        case 7: return dot_q8x<X, 7>(k, x, y, ys, s, ss);
-        default: return dot_q8x<X, 8>(k, x, y, ys, s, ss);
+        case 1: return dot_q8x<X, 1, H>(k, x, y, ys, s, ss);
+        case 2: return dot_q8x<X, 2, H>(k, x, y, ys, s, ss);
+        case 3: return dot_q8x<X, 3, H>(k, x, y, ys, s, ss);
+        case 4: return dot_q8x<X, 4, H>(k, x, y, ys, s, ss);
+        case 5: return dot_q8x<X, 5, H>(k, x, y, ys, s, ss);
+        case 6: return dot_q8x<X, 6, H>(k, x, y, ys, s, ss);
+        case 7: return dot_q8x<X, 7, H>(k, x, y, ys, s, ss);
+        default: return dot_q8x<X, 8, H>(k, x, y, ys, s, ss);
     }
+}
+template <class X>
+void dot_q8xh_n(int64_t k, const void *x, const void *y, size_t ys, float *s, size_t ss, int nc) {
+    dot_q8x_n<X, true>(k, x, y, ys, s, ss, nc);
 }
 
 // F16 weights x activations rounded to fp16 but stored as f32 (the rounding

@@ -30,6 +30,18 @@ void ggml_cpu_set_kernels_avx512(struct ggml_type_traits *table, bool has_bf16);
 // reference dot (weight type x q8_0/q8_1) up to float summation order.
 #define GGML_Q8X_GROUP 320
 static inline size_t ggml_q8x_row_size(int64_t k) { return (size_t)((k + 127) / 128) * GGML_Q8X_GROUP; }
+// The high-precision variant (GGML_PREC_HIGH), "q8xh": per block of 32 the
+// same q (and fp16-rounded scale df) as q8x, plus the rounding residual
+// x - df q quantized on the fixed finer grid df/128, q2 = round((x - df q) 128/df)
+// (|q2| <= ~72), so that x ~ (df/128) (128 q + q2): 15 bits, and the kernel
+// forms 128 dot(w, q) + dot(w, q2) in the integer domain (a shift and a
+// second vpdpbusd per 64 weights, one scale multiply). Groups of 448 bytes:
+//   int8  qs[128], int8 qr[128]   q and q2
+//   float dy[32]                  df/128, 8 copies per block
+//   float sd[4]                   (df/128) * sum(128 q + q2) per block
+//   (48 bytes of padding)
+#define GGML_Q8XH_GROUP 448
+static inline size_t ggml_q8xh_row_size(int64_t k) { return (size_t)((k + 127) / 128) * GGML_Q8XH_GROUP; }
 typedef void (*ggml_q8x_quantize_t)(const float *x, void *y, int64_t k);
 // s[c * s_stride bytes] = dot(weight row x, activation row y + c * y_stride) for c < nc (1..8).
 typedef void (*ggml_q8x_dot_t)(int64_t k, const void *x, const void *y, size_t y_stride, float *s, size_t s_stride, int nc);
@@ -45,6 +57,9 @@ struct ggml_q8x_kernels {
     // activations hold) but stored as f32 rows by f16r_convert.
     ggml_q8x_dot_t dot_f16;
     ggml_q8x_quantize_t f16r_convert;
+    // q8xh: the same weights x high-precision activation rows
+    ggml_q8x_quantize_t quantize_hi;
+    ggml_q8x_dot_t dot_hi[GGML_TYPE_COUNT];
 };
 #ifdef GGML_SIMD_X86
 const struct ggml_q8x_kernels *ggml_cpu_q8x_avx512(void);      // needs the AVX-512 family
