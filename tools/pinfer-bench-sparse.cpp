@@ -29,9 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 #include <algorithm>
 #include <chrono>
@@ -41,6 +38,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench-read.h"
 #include "ggml.h"
 
 namespace {
@@ -100,33 +98,6 @@ void fill_template(ggml_type t, std::vector<uint8_t> &out, int64_t rows, int64_t
     ggml_quantize_chunk(t, f.data(), out.data(), rows, cols);
 }
 
-// Sum of n bytes (n a multiple of 128): four chains of 256-bit loads.
-#if defined(__x86_64__)
-__attribute__((target("avx2"))) uint64_t sum_bytes(const uint8_t *p, size_t n) {
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-    for (size_t i = 0; i + 128 <= n; i += 128) {
-        a0 = _mm256_add_epi64(a0, _mm256_loadu_si256((const __m256i *)(p + i)));
-        a1 = _mm256_add_epi64(a1, _mm256_loadu_si256((const __m256i *)(p + i + 32)));
-        a2 = _mm256_add_epi64(a2, _mm256_loadu_si256((const __m256i *)(p + i + 64)));
-        a3 = _mm256_add_epi64(a3, _mm256_loadu_si256((const __m256i *)(p + i + 96)));
-    }
-    a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
-    uint64_t r[4];
-    _mm256_storeu_si256((__m256i *)r, a0);
-    return r[0] + r[1] + r[2] + r[3];
-}
-#else
-uint64_t sum_bytes(const uint8_t *p, size_t n) {
-    uint64_t a = 0;
-    for (size_t i = 0; i + 8 <= n; i += 8) {
-        uint64_t v;
-        memcpy(&v, p + i, 8);
-        a += v;
-    }
-    return a;
-}
-#endif
-
 // Plain reads, no arithmetic: the ceiling the kernels work against. Every
 // chunk of lens[c] bytes at chunks[c] is summed; the chunks are split evenly
 // among nt threads in order. Returns GB/s.
@@ -135,7 +106,7 @@ double raw_read(const std::vector<const uint8_t *> &chunks, const std::vector<si
     auto work = [&](int th) {
         const size_t c0 = chunks.size() * th / nt, c1 = chunks.size() * (th + 1) / nt;
         uint64_t a = 0;
-        for (size_t c = c0; c < c1; c++) a += sum_bytes(chunks[c], lens[c]);
+        for (size_t c = c0; c < c1; c++) a += bench_sum_bytes(chunks[c], lens[c]);
         sink[(size_t)th] = a;
     };
     size_t total = 0;

@@ -28,10 +28,7 @@
 
 #include "ggml.h"
 #include "pinfer.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "bench-read.h"
 
 namespace {
 
@@ -50,36 +47,7 @@ std::vector<std::string> split(const std::string &s) {
     return out;
 }
 
-// ---- plain read bandwidth: every thread sums its slice, 4 streams of 256-bit loads ----
-#if defined(__x86_64__)
-__attribute__((target("avx2"))) uint64_t sum_avx2(const uint8_t *p, size_t n) {
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-    for (size_t i = 0; i + 128 <= n; i += 128) {
-        a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(p + i)));
-        a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
-        a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));
-        a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
-    }
-    a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
-    uint64_t r[4];
-    _mm256_storeu_si256((__m256i *)r, a0);
-    return r[0] + r[1] + r[2] + r[3];
-}
-#endif
-
-uint64_t sum_plain(const uint8_t *p, size_t n) {
-    const uint64_t *q = (const uint64_t *)p;
-    uint64_t a = 0, b = 0;
-    for (size_t i = 0; i + 2 <= n / 8; i += 2) { a += q[i]; b += q[i + 1]; }
-    return a + b;
-}
-
-uint64_t sum_slice(const uint8_t *p, size_t n) {
-#if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx2")) return sum_avx2(p, n);
-#endif
-    return sum_plain(p, n);
-}
+// ---- plain read bandwidth: every thread sums its slice (bench-read.h) ----
 
 // Best of `passes` full reads of buf with nt threads, in GB/s.
 double read_bandwidth(const uint8_t *buf, size_t bytes, int nt, int passes) {
@@ -89,8 +57,8 @@ double read_bandwidth(const uint8_t *buf, size_t bytes, int nt, int passes) {
         const size_t per = bytes / nt / 4096 * 4096;
         const double t0 = now();
         std::vector<std::thread> th;
-        for (int i = 1; i < nt; i++) th.emplace_back([&, i] { sink[i] = sum_slice(buf + per * i, per); });
-        sink[0] = sum_slice(buf, per);
+        for (int i = 1; i < nt; i++) th.emplace_back([&, i] { sink[i] = bench_sum_bytes(buf + per * i, per); });
+        sink[0] = bench_sum_bytes(buf, per);
         for (auto &t : th) t.join();
         const double dt = now() - t0;
         best = std::max(best, (double)per * nt / dt / 1e9);

@@ -295,17 +295,25 @@ inline __m512i round_q8(__m512 v) {
 
 }  // namespace
 
-void ggml_q8x_quantize_avx512(const float *x, void *vy, int64_t k) {
+namespace {
+
+// The q8x layout (H = false) and the q8xh layout (H = true: plus the residual
+// on the grid df/128), vec-dot-simd.h. q and df are Q8_0's in both.
+template <bool H>
+void quantize_q8x(const float *x, void *vy, int64_t k) {
+    constexpr size_t GROUP = H ? GGML_Q8XH_GROUP : GGML_Q8X_GROUP;
+    constexpr size_t DY = H ? 256 : 128, SD = H ? 384 : 256;
     const int64_t nb = k / 32, ng = (nb + 3) / 4;
     uint8_t *y = (uint8_t *)vy;
     for (int64_t g = 0; g < ng; g++) {
-        uint8_t *grp = y + g * GGML_Q8X_GROUP;
-        int8_t *qs = (int8_t *)grp;
-        float *dy = (float *)(grp + 128), *sd = (float *)(grp + 256);
+        uint8_t *grp = y + g * GROUP;
+        int8_t *qs = (int8_t *)grp, *qr = (int8_t *)grp + 128;
+        float *dy = (float *)(grp + DY), *sd = (float *)(grp + SD);
         for (int b = 0; b < 4; b++) {
             const int64_t blk = 4 * g + b;
             if (blk >= nb) {  // zero padding: contributes 0 to every dot
                 memset(qs + 32 * b, 0, 32);
+                if (H) memset(qr + 32 * b, 0, 32);
                 _mm256_storeu_ps(dy + 8 * b, _mm256_setzero_ps());
                 sd[b] = 0.0f;
                 continue;
@@ -319,54 +327,31 @@ void ggml_q8x_quantize_avx512(const float *x, void *vy, int64_t k) {
             const __m512i q0 = round_q8(_mm512_mul_ps(v0, vid)), q1 = round_q8(_mm512_mul_ps(v1, vid));
             _mm_storeu_si128((__m128i *)(qs + 32 * b), _mm512_cvtepi32_epi8(q0));
             _mm_storeu_si128((__m128i *)(qs + 32 * b + 16), _mm512_cvtepi32_epi8(q1));
-            _mm256_storeu_ps(dy + 8 * b, _mm256_set1_ps(df));
-            sd[b] = df * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-        }
-        memset(grp + 272, 0, GGML_Q8X_GROUP - 272);
-    }
-}
-
-void ggml_q8xh_quantize_avx512(const float *x, void *vy, int64_t k) {
-    const int64_t nb = k / 32, ng = (nb + 3) / 4;
-    uint8_t *y = (uint8_t *)vy;
-    for (int64_t g = 0; g < ng; g++) {
-        uint8_t *grp = y + g * GGML_Q8XH_GROUP;
-        int8_t *qs = (int8_t *)grp, *qr = (int8_t *)grp + 128;
-        float *dy = (float *)(grp + 256), *sd = (float *)(grp + 384);
-        for (int b = 0; b < 4; b++) {
-            const int64_t blk = 4 * g + b;
-            if (blk >= nb) {  // zero padding: contributes 0 to every dot
-                memset(qs + 32 * b, 0, 32);
-                memset(qr + 32 * b, 0, 32);
-                _mm256_storeu_ps(dy + 8 * b, _mm256_setzero_ps());
-                sd[b] = 0.0f;
+            const int32_t sq = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+            if (!H) {
+                _mm256_storeu_ps(dy + 8 * b, _mm256_set1_ps(df));
+                sd[b] = df * (float)sq;
                 continue;
             }
-            const float *xb = x + 32 * blk;
-            const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
-            const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-            const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-            const float df = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
-            const __m512 vid = _mm512_set1_ps(id);
-            const __m512i q0 = round_q8(_mm512_mul_ps(v0, vid)), q1 = round_q8(_mm512_mul_ps(v1, vid));
-            // the residual on the grid df/128
+            // the residual x - df q on the grid df/128 (|q2| <= ~72)
             const __m512 vdf = _mm512_set1_ps(df), vir = _mm512_set1_ps(df != 0.0f ? 128.0f / df : 0.0f);
             const __m512 r0 = _mm512_fnmadd_ps(vdf, _mm512_cvtepi32_ps(q0), v0);
             const __m512 r1 = _mm512_fnmadd_ps(vdf, _mm512_cvtepi32_ps(q1), v1);
             const __m512i e0 = round_q8(_mm512_mul_ps(r0, vir)), e1 = round_q8(_mm512_mul_ps(r1, vir));
-            _mm_storeu_si128((__m128i *)(qs + 32 * b), _mm512_cvtepi32_epi8(q0));
-            _mm_storeu_si128((__m128i *)(qs + 32 * b + 16), _mm512_cvtepi32_epi8(q1));
             _mm_storeu_si128((__m128i *)(qr + 32 * b), _mm512_cvtepi32_epi8(e0));
             _mm_storeu_si128((__m128i *)(qr + 32 * b + 16), _mm512_cvtepi32_epi8(e1));
             const float step = df / 128.0f;  // exact: a power-of-two division
             _mm256_storeu_ps(dy + 8 * b, _mm256_set1_ps(step));
-            const int32_t sq = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-            const int32_t se = _mm512_reduce_add_epi32(_mm512_add_epi32(e0, e1));
-            sd[b] = step * (float)(128 * sq + se);
+            sd[b] = step * (float)(128 * sq + _mm512_reduce_add_epi32(_mm512_add_epi32(e0, e1)));
         }
-        memset(grp + 400, 0, GGML_Q8XH_GROUP - 400);
+        memset(grp + SD + 16, 0, GROUP - SD - 16);
     }
 }
+
+}  // namespace
+
+void ggml_q8x_quantize_avx512(const float *x, void *vy, int64_t k) { quantize_q8x<false>(x, vy, k); }
+void ggml_q8xh_quantize_avx512(const float *x, void *vy, int64_t k) { quantize_q8x<true>(x, vy, k); }
 
 // fp32 -> fp16 (round to nearest even, as the F16 converter) -> fp32.
 void ggml_f16r_convert_avx512(const float *x, void *vy, int64_t k) {
