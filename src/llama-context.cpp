@@ -18,7 +18,7 @@ context::context(const model &m, context_params p)
     ffn_.mode = resolve_sparse_mode(m, p.sparse);  // throws naming what the file lacks
     if (ffn_.mode != sparse_mode::OFF) {  // predictor mode reads gate and up by rows of the same neurons: bundled
         const bool pred = ffn_.mode == sparse_mode::PREDICTOR;
-        ffn_.gate_up = m.prepare_sparse_weights(!pred, pred);
+        ffn_.bundles = m.prepare_sparse_weights(!pred, pred);
     }
     ffn_.stats = p.sparse_stats || p.sparse_verify;
     ffn_.verify = p.sparse_verify;

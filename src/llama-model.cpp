@@ -20,7 +20,7 @@ model::~model() {
     ggml_free(ctx);
 }
 
-std::vector<ggml_tensor *> model::prepare_sparse_weights(bool separate_gate_up, bool bundle_gate_up) const {
+std::vector<ffn_bundle> model::prepare_sparse_weights(bool separate_gate_up, bool bundle) const {
     std::lock_guard<std::mutex> lock(pages_mu_);
     auto move = [&](std::unique_ptr<weight_pages> &pages, std::initializer_list<ggml_tensor *layer_weights::*> which) {
         if (pages) return;
@@ -32,37 +32,52 @@ std::vector<ggml_tensor *> model::prepare_sparse_weights(bool separate_gate_up, 
         p->adopt(ts);
         pages = std::move(p);
     };
-    move(pages_common_, {&layer_weights::ffn_down, &layer_weights::ffn_down_t, &layer_weights::fc1, &layer_weights::fc2});
+    // the bundle carries down_t where it matches gate: then only ffn_down (the
+    // dense fallback of prompts) and the predictors move on their own
+    auto same = [](const ggml_tensor *a, const ggml_tensor *b) {
+        return a && b && a->type == b->type && ggml_are_same_shape(a, b) && ggml_n_dims(a) <= 2 &&
+               a->nb[1] == ggml_row_size(a->type, a->ne[0]) && b->nb[1] == a->nb[1];
+    };
+    auto rows_of = [&](const layer_weights &l) { return !same(l.ffn_gate, l.ffn_up) ? 0 : same(l.ffn_gate, l.ffn_down_t) ? 3 : 2; };
+    if (bundle) {
+        move(pages_common_, {&layer_weights::ffn_down, &layer_weights::fc1, &layer_weights::fc2});
+    } else {
+        move(pages_common_, {&layer_weights::ffn_down, &layer_weights::ffn_down_t, &layer_weights::fc1, &layer_weights::fc2});
+    }
     if (separate_gate_up) move(pages_gate_up_, {&layer_weights::ffn_gate, &layer_weights::ffn_up});
-    if (!bundle_gate_up) return {};
+    if (!bundle) return {};
     if (!pages_bundle_) {
-        bundles_.assign(layers.size(), nullptr);
+        bundles_.assign(layers.size(), ffn_bundle());
         size_t total = 0;
-        auto bundleable = [](const layer_weights &l) {
-            return l.ffn_gate && l.ffn_up && l.ffn_gate->type == l.ffn_up->type && ggml_are_same_shape(l.ffn_gate, l.ffn_up) &&
-                   ggml_n_dims(l.ffn_gate) <= 2;
-        };
-        for (const layer_weights &l : layers)
-            if (bundleable(l)) total += 2 * ggml_nbytes(l.ffn_gate);
+        for (const layer_weights &l : layers) total += (size_t)rows_of(l) * ggml_nbytes(l.ffn_up ? l.ffn_up : l.ffn_down);
         auto p = std::make_unique<weight_pages>();
         if (total) {
-            ggml_init_params ip = {(layers.size() + 1) * ggml_tensor_overhead(), nullptr, true};
+            ggml_init_params ip = {(4 * layers.size() + 1) * ggml_tensor_overhead(), nullptr, true};
             bundle_ctx_ = ggml_init(ip);
             if (!bundle_ctx_) throw std::runtime_error("out of memory for the FFN bundle headers");
             char *dst = p->reserve(total);
             for (size_t il = 0; il < layers.size(); il++) {
                 const layer_weights &l = layers[il];
-                if (!bundleable(l)) continue;
+                const int rows = rows_of(l);
+                if (!rows) continue;
+                const ggml_tensor *parts[3] = {l.ffn_gate, l.ffn_up, l.ffn_down_t};
                 const int64_t d = l.ffn_gate->ne[0], n = l.ffn_gate->ne[1];
-                ggml_tensor *b = ggml_new_tensor_2d(bundle_ctx_, l.ffn_gate->type, d, 2 * n);
                 const size_t row = l.ffn_gate->nb[1];
-                for (int64_t i = 0; i < n; i++) {
-                    memcpy(dst + (2 * i) * row, (const char *)l.ffn_gate->data + i * row, row);
-                    memcpy(dst + (2 * i + 1) * row, (const char *)l.ffn_up->data + i * row, row);
+                for (int64_t i = 0; i < n; i++)
+                    for (int j = 0; j < rows; j++) memcpy(dst + (rows * i + j) * row, (const char *)parts[j]->data + i * row, row);
+                ffn_bundle &bd = bundles_[il];
+                bd.rows = rows;
+                bd.w = ggml_new_tensor_2d(bundle_ctx_, l.ffn_gate->type, d, rows * n);
+                bd.w->data = dst;
+                ggml_tensor **views[3] = {&bd.gate, &bd.up, &bd.down_t};
+                for (int j = 0; j < rows; j++) {  // every rows-th row from row j: one of the three matrices
+                    ggml_tensor *v = ggml_new_tensor_2d(bundle_ctx_, l.ffn_gate->type, d, n);
+                    v->data = dst + j * row;
+                    v->nb[1] = rows * row;
+                    v->nb[2] = v->nb[3] = v->nb[1] * (size_t)n;
+                    *views[j] = v;
                 }
-                b->data = dst;
-                dst += ggml_nbytes(b);
-                bundles_[il] = b;
+                dst += ggml_nbytes(bd.w);
             }
             p->seal();
         }

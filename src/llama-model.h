@@ -31,6 +31,17 @@ struct layer_weights {
     ggml_tensor *ffn_freq = nullptr;    // F32 [n]: profiled activation frequency
 };
 
+// A layer's neuron bundle for predictor mode (model::prepare_sparse_weights):
+// w [d, rows * n] holds per neuron its gate and up rows (rows = 2) and, where
+// the file has ffn_down_t of the same type, its down_t row (rows = 3); gate,
+// up and down_t are strided views of w (nb[1] = rows row sizes) for the ops
+// that read them one at a time.
+struct ffn_bundle {
+    ggml_tensor *w = nullptr;
+    int rows = 0;
+    ggml_tensor *gate = nullptr, *up = nullptr, *down_t = nullptr;
+};
+
 // One entry of the placement section: per-layer GPU prefix lengths for a VRAM budget.
 struct placement {
     uint64_t budget_bytes = 0;
@@ -78,13 +89,12 @@ struct model {
     // model (src/llama-weight-pages.h says why): ffn_down, ffn_down_t and the
     // predictors are copied into memory backed by 2 MiB pages; with
     // separate_gate_up ffn_gate and ffn_up too (exact and threshold modes read
-    // up by rows and gate densely); with bundle_gate_up a copy of gate and up
-    // as one neuron bundle per layer, rows gate_0, up_0, gate_1, up_1, ...
-    // (predictor mode: an active neuron's two rows are one contiguous read).
-    // Returns the per-layer bundles [d, 2 n] (empty without bundle_gate_up or
-    // where gate and up differ in type). The tensors' bytes stay identical, so
-    // contexts already running are unaffected.
-    std::vector<ggml_tensor *> prepare_sparse_weights(bool separate_gate_up, bool bundle_gate_up) const;
+    // up by rows and gate densely); with bundle a copy of each layer's gate, up
+    // (and down_t) as one neuron bundle (predictor mode: an active neuron is
+    // one contiguous read). Returns the per-layer bundles (empty without
+    // bundle; w = nullptr where gate and up differ in type). The tensors'
+    // bytes stay identical, so contexts already running are unaffected.
+    std::vector<ffn_bundle> prepare_sparse_weights(bool separate_gate_up, bool bundle) const;
     size_t ffn_page_bytes(size_t *huge = nullptr) const;  // 0 until prepared
 
     model();
@@ -94,7 +104,7 @@ private:
     mutable std::mutex pages_mu_;
     mutable std::unique_ptr<weight_pages> pages_common_, pages_gate_up_, pages_bundle_;
     mutable ggml_context *bundle_ctx_ = nullptr;  // headers of the bundles
-    mutable std::vector<ggml_tensor *> bundles_;
+    mutable std::vector<ffn_bundle> bundles_;
 };
 
 // Loads a GGUF file; throws std::runtime_error naming the problem.

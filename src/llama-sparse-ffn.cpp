@@ -159,9 +159,18 @@ ggml_tensor *build_sparse_ffn(ggml_context *ctx, ffn_build *b, const model &m, i
             if (observe) probe->act = keep(a);
         }
         ggml_tensor *h;
-        ggml_tensor *bundle = (size_t)il < b->gate_up.size() ? b->gate_up[(size_t)il] : nullptr;
-        if (gated && bundle) {  // one read per active neuron: its gate and up rows are adjacent
-            ggml_tensor *gu = ggml_mul_mat_sparse_rows_bundle(ctx, bundle, x, idx, 0, n, 2);  // [n, T, 2]
+        const ffn_bundle *bd = (size_t)il < b->bundles.size() && b->bundles[(size_t)il].w ? &b->bundles[(size_t)il] : nullptr;
+        if (gated && bd && bd->rows == 3) {
+            // decoding: the whole FFN in one op, one contiguous read per neuron
+            if (x->ne[1] <= GGML_SPARSE_FFN_MAX_T) {
+                const ggml_op op = act == ffn_act::SILU ? GGML_OP_SWIGLU : act == ffn_act::GELU ? GGML_OP_GEGLU : GGML_OP_REGLU;
+                return ggml_sparse_ffn_bundle(ctx, bd->w, l.ffn_down, x, idx, op, act == ffn_act::RELU_BOTH);
+            }
+            ggml_tensor *g = ggml_mul_mat_sparse_rows(ctx, bd->gate, x, idx, 0, n);  // prompts: row by row
+            ggml_tensor *u = ggml_mul_mat_sparse_rows(ctx, bd->up, x, idx, 0, n);
+            return ggml_sparse_down(ctx, bd->down_t, l.ffn_down, act_gated(ctx, g, u, act), idx, 0, n);
+        } else if (gated && bd) {  // one read per active neuron: its gate and up rows are adjacent
+            ggml_tensor *gu = ggml_mul_mat_sparse_rows_bundle(ctx, bd->w, x, idx, 0, n, 2);  // [n, T, 2]
             ggml_tensor *g = ggml_view_2d(ctx, gu, n, gu->ne[1], gu->nb[1], 0);
             ggml_tensor *u = ggml_view_2d(ctx, gu, n, gu->ne[1], gu->nb[1], gu->nb[2]);
             h = act_gated(ctx, g, u, act);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "ggml.h"
+#include "llama-model.h"
 
 namespace pinfer {
 
@@ -56,7 +57,7 @@ struct ffn_build {
     bool verify = false;   // also build the true active set (predictor mode)
     bool observe = false;  // keep act(gate x) for the activation statistics
     std::vector<ffn_probe> probes;  // one per layer, reset before every graph
-    std::vector<ggml_tensor *> gate_up;  // predictor mode: per-layer gate/up bundles (model::prepare_sparse_weights)
+    std::vector<ffn_bundle> bundles;  // predictor mode: per-layer neuron bundles (model::prepare_sparse_weights)
 };
 
 // The FFN of layer il on x [d, T] (post-norm hidden state). b may be nullptr

@@ -427,3 +427,26 @@ def test_predictor_mode_reads_a_gate_up_bundle(models):
     c.decode(toks, all_logits=True)
     dense, _ = run_prompt(path, "off", toks)
     assert rel(c.logits_all().copy(), dense) <= RTOL
+
+
+def test_predictor_mode_fused_bundle_with_down_t(models):
+    """A file with ffn_down_t: predictor mode bundles gate, up and down_t per neuron;
+    decoding (<= 8 tokens) runs the fused sparse_ffn_bundle op, prompts the row-sparse
+    ops on strided views of the bundle. With a superset predictor both equal dense."""
+    path = models["relu_down_t"][0]
+    pp = extgguf.add_sparse(path, str(models["dir"] / "relu_down_t_pred.gguf"),
+                            predictors=exact_predictor(path, gated=True), threshold=-1e-3)
+    m = _core.Model(pp)
+    c = ctx(m, "predictor", stats=True)
+    r = _core.GGUFReader(pp)
+    size = lambda k: sum(t.nbytes for t in r.tensors if t.name.split(".")[-2] == k)
+    need = size("ffn_gate") + size("ffn_up") + size("ffn_down_t") + size("ffn_down") + size("fc1") + size("fc2")
+    moved, _ = m.ffn_page_bytes()
+    assert need <= moved < need + 2 * 4 * 2 ** 20 + 64 * len(r.tensors)  # down_t only once: in the bundle
+    toks = prompt(20, seed=4)
+    c.decode(toks, all_logits=True)  # a 20-token prompt: the strided-view path
+    dense, _ = run_prompt(path, "off", toks)
+    assert rel(c.logits_all().copy(), dense) <= RTOL
+    sd, gd = run_steps(path, "off", toks[:5], 8)  # decoding: the fused op
+    sp, gp = run_steps(pp, "predictor", toks[:5], 8)
+    assert gp == gd and rel(sp, sd) <= RTOL

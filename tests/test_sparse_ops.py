@@ -521,3 +521,97 @@ def test_rows_bundle_equals_separate_rows(wtype, density, T, prec):
     assert np.all(np.abs(both[:, :, act] - ref[:, :, act]) <= 6e-6 * mag[:, :, act] + 1e-30)
     off = np.setdiff1d(np.arange(n), act)
     assert np.all(both[:, :, off] == 0.0)
+
+
+# ---------------------------------------------------------------- fused FFN over a (gate, up, down_t) bundle
+
+def interleave3(ws, n):
+    """The run_op input of the bundle [a_0, b_0, c_0, a_1, ...] of three (n, d) weights."""
+    if isinstance(ws[0], np.ndarray):
+        return np.stack(ws, axis=1).reshape(3 * n, -1)
+    t, d = ws[0][1], ws[0][2][1]
+    rows = np.stack([np.frombuffer(w[0], np.uint8).reshape(n, -1) for w in ws], axis=1)
+    return rows.tobytes(), t, [3 * n, d]
+
+
+ACTS = {"swiglu": lambda g: g / (1 + np.exp(-g)), "reglu": lambda g: np.maximum(g, 0),
+        "geglu": lambda g: g / (1 + np.exp(-2 * 0.7978845608028654 * g * (1 + 0.044715 * g * g)))}
+
+
+@pytest.mark.parametrize("wtype", WEIGHT_TYPES)
+@pytest.mark.parametrize("T", [1, 3])
+@pytest.mark.parametrize("density", [0.0, 0.05, 0.6])
+def test_sparse_ffn_bundle(wtype, T, density):
+    """y_t = sum over the active neurons of act(gate_i.x_t) up_i.x_t down_t_i, against
+    float64 numpy on the kernels' view of the activations; 1..4 threads bit-identical;
+    parts at fixed list positions (n = 300 gives several parts at 60% density)."""
+    g = np.random.default_rng(int(density * 100) + T)
+    B = max(blck(wtype), 32)
+    n, d = 300, 2 * B
+    (wg, g64), (wu, u64), (wd, d64) = (make_weight(wtype, n, d, g) for _ in range(3))
+    x = g.standard_normal((T, d)).astype(np.float32)
+    act = random_active(n, density, g)
+    idx = index_list(n, [act])
+    for name, prec in (("swiglu", "default"), ("reglu", "high"), ("geglu", "default")):
+        y = run("sparse_ffn_bundle", [interleave3([wg, wu, wd], n), x, idx], {"act": name, "prec": prec}).reshape(T, d)
+        xs = (act_as_seen_high if prec == "high" else act_as_seen)(wtype, x)
+        gv, uv = xs @ g64[act].T, xs @ u64[act].T  # (T, m)
+        with np.errstate(over="ignore"):
+            h = ACTS[name](gv) * uv
+        ref = h @ d64[act]
+        with np.errstate(over="ignore"):
+            mag = np.abs(h) @ np.abs(d64[act]) + np.abs(ACTS[name](gv)) * (np.abs(xs) @ np.abs(u64[act]).T) @ np.abs(d64[act])
+        assert np.all(np.abs(y - ref) <= 2e-5 * mag + 1e-30), (wtype, name, np.abs(y - ref).max())
+        if len(act) == 0:
+            assert np.all(y == 0.0)
+
+
+def test_sparse_ffn_bundle_relu_up_and_errors():
+    g = np.random.default_rng(5)
+    n, d = 70, 64
+    ws = [g.standard_normal((n, d)).astype(np.float32) for _ in range(3)]
+    x = g.standard_normal((1, d)).astype(np.float32)
+    act = random_active(n, 0.5, g)
+    y = run("sparse_ffn_bundle", [interleave3(ws, n), x, index_list(n, [act])], {"act": "reglu", "relu_up": 1})
+    w64 = [w.astype(np.float64) for w in ws]
+    h = np.maximum(x @ w64[0][act].T, 0) * np.maximum(x @ w64[1][act].T, 0)
+    np.testing.assert_allclose(y.reshape(1, d), h @ w64[2][act], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="act"):
+        _core.run_op("sparse_ffn_bundle", [interleave3(ws, n), x, index_list(n, [act])], {"act": "tanh"})
+    with pytest.raises(ValueError, match="3n"):
+        _core.run_op("sparse_ffn_bundle", [ws[0], x, index_list(n, [act])], {})
+    with pytest.raises(ValueError, match="tokens"):
+        _core.run_op("sparse_ffn_bundle", [interleave3(ws, n), np.ones((9, d), np.float32), index_list(n, [act])], {})
+
+
+@pytest.mark.parametrize("wtype", ["f32", "q4_0", "q8_0", "q6_K"])
+@pytest.mark.parametrize("density,prec", [(0.05, "default"), (0.6, "default"), (0.6, "high")])
+def test_sparse_ffn_bundle_dense_fallback(wtype, density, prec):
+    """Given the plain ffn_down, past the crossover density (T = 1: half the neurons)
+    the fused op computes the down projection as a dense mat-vec over ffn_down;
+    below it, on the bundle's down_t rows. w_down has its own values here, so the
+    reference shows which matrix was used."""
+    g = np.random.default_rng(7)
+    B = max(blck(wtype), 32)
+    n, d = 8 * B, 2 * B
+    (wg, g64), (wu, u64), (wt, t64) = (make_weight(wtype, n, d, g) for _ in range(3))
+    wd, wd64 = make_weight(wtype, d, n, g)  # [d rows of n]: ffn_down
+    x = g.standard_normal((1, d)).astype(np.float32)
+    act = random_active(n, density, g)
+    y = run("sparse_ffn_bundle", [interleave3([wg, wu, wt], n), x, index_list(n, [act]), wd],
+            {"act": "swiglu", "prec": prec}).reshape(1, d)
+    seen = act_as_seen_high if prec == "high" else act_as_seen
+    xs = seen(wtype, x)
+    h = np.zeros((1, n))
+    h[:, act] = ACTS["swiglu"](xs @ g64[act].T) * (xs @ u64[act].T)
+    if density >= 0.5:  # dense: h converted as the dot kernel sees it (high: plus its converted residual)
+        h32 = h.astype(np.float32)
+        hs = act_as_seen(wtype, h32)
+        if prec == "high":
+            hs = hs + act_as_seen(wtype, (h32.astype(np.float64) - hs).astype(np.float32))
+        ref = hs @ wd64.T
+        mag = np.abs(h) @ np.abs(wd64).T
+    else:
+        ref = h @ t64
+        mag = np.abs(h) @ np.abs(t64)
+    assert np.all(np.abs(y - ref) <= 3e-5 * mag + 1e-30), np.abs(y - ref).max()

@@ -6,21 +6,22 @@
 //
 // A decode step through L layers at LLaMA-7B FFN shape (d=4096, n=11008):
 //   dense:    y = W_down · (W_gate·x ⊙ W_up·x)                       (mul_mat x3)
-//   bundled:  gate and up rows of the active ids from the gate/up bundle
-//             (rows gate_0, up_0, gate_1, ...: one contiguous read per neuron,
-//             mul_mat_sparse_rows_bundle), then y = sparse_down on ffn_down_t:
-//             what predictor mode runs (model::prepare_sparse_weights)
-//   separate: the same with gate and up as two mul_mat_sparse_rows on the
-//             separate matrices (the layout before bundles)
+//   fused:    sparse_ffn_bundle over the neuron bundle (rows gate_0, up_0,
+//             down_t_0, gate_1, ...: one contiguous read per active neuron, the
+//             whole FFN in one op): what predictor mode runs when decoding a
+//             file with ffn_down_t (model::prepare_sparse_weights)
+//   separate: gate and up as two mul_mat_sparse_rows on the plain matrices,
+//             then y = sparse_down on ffn_down_t (exact and threshold modes'
+//             op set; predictor mode's for prompts)
 // with an rms_norm between layers. L is chosen so the weights of all layers
-// (gate, up, the bundle, down and down_t) fill --gib GiB: every step streams
+// (gate, up, down, down_t and the bundle) fill --gib GiB: every step streams
 // weights from DRAM, not the last-level cache. Each layer gets its own random
 // active set of the requested sparsity, drawn afresh every repetition; --skew s
 // draws neuron i with weight (i+1)^-s (a hot-first power law; 0 = uniform). With
 // --batch T > 1 the sparsity is that of the union of the batch.
 //
-// Both sparse variants give sparse_down the dense ffn_down too, so it switches
-// to it above the crossover density (ggml_sparse_should_use_dense), as shipped.
+// "separate" gives sparse_down the dense ffn_down too, so it switches to it
+// above the crossover density (ggml_sparse_should_use_dense), as shipped.
 // The three runs alternate within every repetition, each on its own copy of
 // the weights (no run finds another's rows in the cache), so all see the same
 // machine load; the table reports the best repetition per layer and the
@@ -134,7 +135,7 @@ struct layer_weights {
 bool bench_type(ggml_type t, const opts &o, ggml_threadpool *tp) {
     const int64_t d = o.d, n = o.n, T = o.batch;
     const size_t mat = ggml_row_size(t, d) * (size_t)n;  // every FFN matrix has d*n elements
-    const size_t layer_bytes = 6 * mat;  // gate, up, the gate/up bundle, down, down_t
+    const size_t layer_bytes = 7 * mat;  // gate, up, down, down_t, the gate/up/down_t bundle
     const int L = std::max<int>(2, (int)std::ceil(o.gib * 1073741824.0 / (double)layer_bytes));
     std::mt19937_64 rng(1234);
     std::vector<uint8_t> t_rows_d, t_rows_n;  // [n rows of d] and [d rows of n]
@@ -159,16 +160,14 @@ bool bench_type(ggml_type t, const opts &o, ggml_threadpool *tp) {
         lw[l].up = ggml_new_tensor_2d(wctx, t, d, n);
         lw[l].down_t = ggml_new_tensor_2d(wctx, t, d, n);
         lw[l].down = ggml_new_tensor_2d(wctx, t, n, d);
-        lw[l].bundle = ggml_new_tensor_2d(wctx, t, d, 2 * n);
+        lw[l].bundle = ggml_new_tensor_2d(wctx, t, d, 3 * n);
         memcpy(base, t_rows_d.data(), mat);
         memcpy(base + mat, t_rows_d.data(), mat);
         memcpy(base + 2 * mat, t_rows_d.data(), mat);
         memcpy(base + 3 * mat, t_rows_n.data(), mat);
         const size_t row = ggml_row_size(t, d);
-        for (int64_t i = 0; i < n; i++) {  // the bundle interleaves the rows of gate and up
-            memcpy(base + 4 * mat + 2 * i * row, t_rows_d.data() + i * row, row);
-            memcpy(base + 4 * mat + (2 * i + 1) * row, t_rows_d.data() + i * row, row);
-        }
+        for (int64_t i = 0; i < n; i++)  // the bundle interleaves the rows of gate, up and down_t
+            for (int j = 0; j < 3; j++) memcpy(base + 4 * mat + (3 * i + j) * row, t_rows_d.data() + i * row, row);
         lw[l].gate->data = base;
         lw[l].up->data = base + mat;
         lw[l].down_t->data = base + 2 * mat;
@@ -187,24 +186,19 @@ bool bench_type(ggml_type t, const opts &o, ggml_threadpool *tp) {
     for (int l = 0; l < L; l++) idx[l] = ggml_new_tensor_2d(ictx, GGML_TYPE_I32, n + 1, 1);
 
     const size_t gsize = 16 * (size_t)L + 64;
-    auto build = [&](ggml_context *gctx, bool sparse, bool bundled) {
+    auto build = [&](ggml_context *gctx, bool sparse, bool fused) {
         ggml_cgraph *g = ggml_new_graph_custom(gctx, gsize);
         ggml_tensor *cur = x;
         for (int l = 0; l < L; l++) {
             ggml_tensor *y;
-            if (sparse) {
-                ggml_tensor *gt, *ut;
-                if (bundled) {
-                    ggml_tensor *gu = ggml_mul_mat_sparse_rows_bundle(gctx, lw[l].bundle, cur, idx[l], 0, n, 2);
-                    gt = ggml_view_2d(gctx, gu, n, T, gu->nb[1], 0);
-                    ut = ggml_view_2d(gctx, gu, n, T, gu->nb[1], gu->nb[2]);
-                } else {
-                    gt = ggml_mul_mat_sparse_rows(gctx, lw[l].gate, cur, idx[l], 0, n);
-                    ut = ggml_mul_mat_sparse_rows(gctx, lw[l].up, cur, idx[l], 0, n);
-                }
-                y = ggml_sparse_down(gctx, lw[l].down_t, lw[l].down, ggml_mul(gctx, gt, ut), idx[l], 0, n);
+            if (sparse && fused) {
+                y = ggml_sparse_ffn_bundle(gctx, lw[l].bundle, lw[l].down, cur, idx[l], GGML_OP_SWIGLU, false);
+            } else if (sparse) {
+                ggml_tensor *gt = ggml_mul_mat_sparse_rows(gctx, lw[l].gate, cur, idx[l], 0, n);
+                ggml_tensor *ut = ggml_mul_mat_sparse_rows(gctx, lw[l].up, cur, idx[l], 0, n);
+                y = ggml_sparse_down(gctx, lw[l].down_t, lw[l].down, ggml_swiglu(gctx, gt, ut), idx[l], 0, n);
             } else {
-                ggml_tensor *h = ggml_mul(gctx, ggml_mul_mat(gctx, lw[l].gate, cur), ggml_mul_mat(gctx, lw[l].up, cur));
+                ggml_tensor *h = ggml_swiglu(gctx, ggml_mul_mat(gctx, lw[l].gate, cur), ggml_mul_mat(gctx, lw[l].up, cur));
                 y = ggml_mul_mat(gctx, lw[l].down, h);
             }
             cur = ggml_rms_norm(gctx, y, 1e-6f);  // keeps values sane through the chain
@@ -225,7 +219,7 @@ bool bench_type(ggml_type t, const opts &o, ggml_threadpool *tp) {
     printf("\n%s: %d layers of %.1f MiB (%.2f GiB), T=%lld, threads=%d, skew=%.2f, %s pages\n", ggml_type_name(t), L,
            layer_bytes / 1048576.0, layer_bytes * (double)L / 1073741824.0, (long long)T, o.threads, o.skew,
            o.hugepages ? "2 MiB" : "4 KiB");
-    printf("| sparsity | active | dense ms/layer | bundled ms/layer | dense/bundled | (medians) | separate ms/layer | dense/separate | (medians) |\n");
+    printf("| sparsity | active | dense ms/layer | fused ms/layer | dense/fused | (medians) | separate ms/layer | dense/separate | (medians) |\n");
     printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (double sp : o.sparsity) {
         const int64_t k = std::max<int64_t>(0, std::min<int64_t>(n, (int64_t)std::llround(n * (1.0 - sp / 100.0))));
@@ -258,8 +252,8 @@ bool bench_type(ggml_type t, const opts &o, ggml_threadpool *tp) {
     }
 
     // The memory system's own ratio at 90%: streaming the three dense matrices
-    // vs reading the bundled layout's active rows (one gate/up pair and one
-    // down_t row per neuron) of every layer, plain sums, no arithmetic.
+    // vs reading the bundle's active neurons (three adjacent rows each) of
+    // every layer, plain sums, no arithmetic.
     {
         const int64_t k = (int64_t)std::llround(n * 0.1);
         const size_t row = ggml_row_size(t, d);
@@ -272,12 +266,8 @@ bool bench_type(ggml_type t, const opts &o, ggml_threadpool *tp) {
             }
             const std::vector<int32_t> ids = draw_active(n, k, o.skew, rng);
             for (int32_t i : ids) {
-                sc.push_back((const uint8_t *)lw[l].bundle->data + 2 * (size_t)i * row);
-                sl.push_back(2 * row);
-            }
-            for (int32_t i : ids) {
-                sc.push_back((const uint8_t *)lw[l].down_t->data + (size_t)i * row);
-                sl.push_back(row);
+                sc.push_back((const uint8_t *)lw[l].bundle->data + 3 * (size_t)i * row);
+                sl.push_back(3 * row);
             }
         }
         double bd = 0, bs = 0;

@@ -122,6 +122,7 @@ enum ggml_op {
     GGML_OP_MUL_MAT_SPARSE_ROWS, // row-sparse matvec (gate/up)
     GGML_OP_SPARSE_DOWN,         // column-sparse down projection on ffn_down_t
     GGML_OP_SPARSE_MASK,         // a where |a| > threshold, else 0
+    GGML_OP_SPARSE_FFN,          // fused gated FFN over a (gate, up, down_t) neuron bundle
     GGML_OP_COUNT,
 };
 
@@ -282,6 +283,23 @@ struct ggml_tensor *ggml_mul_mat_sparse_rows(struct ggml_context *ctx, struct gg
 // dots with row g*i + j. g = 1 is ggml_mul_mat_sparse_rows.
 struct ggml_tensor *ggml_mul_mat_sparse_rows_bundle(struct ggml_context *ctx, struct ggml_tensor *w, struct ggml_tensor *x,
                                                     struct ggml_tensor *idx, int64_t begin, int64_t end, int g);
+// Fused gated FFN over the active neurons of a 3-row neuron bundle, for
+// decoding: w [d, 3n] holds per neuron i the rows gate_i, up_i, down_t_i
+// (one contiguous read per neuron; any type with vec_dot and to_float), x
+// [d, T] F32 with T <= GGML_SPARSE_FFN_MAX_T, idx an active index list ->
+// F32 [d, T] with
+//   y_t = Σ_{i active} act(gate_i·x_t) · up'(up_i·x_t) · down_t_i
+// act: GGML_OP_SWIGLU (silu), GGML_OP_REGLU (relu) or GGML_OP_GEGLU (gelu);
+// up' = relu when relu_up (Bamboo-style), else identity. The active list is cut
+// into parts at fixed positions (never depending on the thread count), each
+// summed in ascending neuron order into its own accumulator by one worker, and
+// the parts are added in order: results are identical for every thread count.
+// w_down [n, d] (the plain ffn_down) may be NULL; when given and
+// ggml_sparse_should_use_dense says the active share is too large, the down
+// projection is the dense mat-vec of ggml_sparse_down instead (same sum).
+#define GGML_SPARSE_FFN_MAX_T 8
+struct ggml_tensor *ggml_sparse_ffn_bundle(struct ggml_context *ctx, struct ggml_tensor *w, struct ggml_tensor *w_down,
+                                           struct ggml_tensor *x, struct ggml_tensor *idx, enum ggml_op act, bool relu_up);
 // Column-sparse down projection: wt [d, n] (ffn_down_t: one contiguous row of d
 // per neuron, any type with to_float), h [n, T] F32 -> F32 [d, T] with
 // y[:, t] = Σ_{i active in [begin, end)} h[i, t] · wt_i. Every output is written

@@ -90,6 +90,36 @@ ggml_tensor *ggml_mul_mat_sparse_rows(ggml_context *ctx, ggml_tensor *w, ggml_te
     return ggml_mul_mat_sparse_rows_bundle(ctx, w, x, idx, begin, end, 1);
 }
 
+ggml_tensor *ggml_sparse_ffn_bundle(ggml_context *ctx, ggml_tensor *w, ggml_tensor *w_down, ggml_tensor *x, ggml_tensor *idx,
+                                   ggml_op act, bool relu_up) {
+    const char *op = "sparse_ffn_bundle";
+    const ggml_type_traits *tr = ggml_get_type_traits(w->type);
+    if (!tr->vec_dot || !tr->to_float) ggml_abort("%s: weight type %s has no dot kernel or no to_float", op, tr->name);
+    if (!ggml_is_contiguous_rows(w) || w->ne[2] != 1 || w->ne[3] != 1) ggml_abort("%s: w must be 2-D with contiguous rows", op);
+    if (w->ne[1] % 3) ggml_abort("%s: w has %lld rows, not 3 per neuron", op, (long long)w->ne[1]);
+    if (x->type != GGML_TYPE_F32 || x->nb[0] != sizeof(float)) ggml_abort("%s: x must be F32 with contiguous rows", op);
+    if (x->ne[0] != w->ne[0] || x->ne[2] != 1 || x->ne[3] != 1) ggml_abort("%s: x must be [d, T] with w [d, 3n]", op);
+    if (x->ne[1] > GGML_SPARSE_FFN_MAX_T) ggml_abort("%s: %lld tokens, at most %d", op, (long long)x->ne[1], GGML_SPARSE_FFN_MAX_T);
+    if (act != GGML_OP_SWIGLU && act != GGML_OP_REGLU && act != GGML_OP_GEGLU) ggml_abort("%s: act must be a gated op", op);
+    check_idx(op, idx, w->ne[1] / 3);
+    if (w_down) {
+        const ggml_type_traits *td = ggml_get_type_traits(w_down->type);
+        if (!td->vec_dot) ggml_abort("%s: no dot kernel for w_down type %s", op, td->name);
+        if (w_down->ne[0] != w->ne[1] / 3 || w_down->ne[1] != w->ne[0] || w_down->ne[2] != 1 || w_down->ne[3] != 1 ||
+            !ggml_is_contiguous_rows(w_down))
+            ggml_abort("%s: w_down must be 2-D [n, d] with contiguous rows for w [d, 3n]", op);
+    }
+    ggml_tensor *r = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, w->ne[0], x->ne[1]);
+    r->op = GGML_OP_SPARSE_FFN;
+    r->src[0] = w;
+    r->src[1] = x;
+    r->src[2] = idx;
+    r->src[3] = w_down;
+    r->op_params[0] = (int32_t)act;
+    r->op_params[1] = relu_up ? 1 : 0;
+    return r;
+}
+
 ggml_tensor *ggml_sparse_down(ggml_context *ctx, ggml_tensor *wt, ggml_tensor *wd, ggml_tensor *h, ggml_tensor *idx,
                               int64_t begin, int64_t end) {
     const char *op = "sparse_down";

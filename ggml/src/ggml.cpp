@@ -234,6 +234,7 @@ static const char *k_op_names[GGML_OP_COUNT] = {
     "SOFT_MAX", "RELU", "SILU", "GELU", "SWIGLU", "REGLU", "GEGLU", "ARGMAX", "VIEW", "RESHAPE",
     "PERMUTE", "TRANSPOSE", "SPARSE_SELECT", "MUL_MAT_SPARSE_ROWS", "SPARSE_DOWN",
     "SPARSE_MASK",
+    "SPARSE_FFN",
 };
 
 const char *ggml_op_name(ggml_op op) { return (int)op >= 0 && op < GGML_OP_COUNT ? k_op_names[op] : "?"; }
@@ -303,7 +304,8 @@ ggml_tensor *ggml_mul_mat(ggml_context *ctx, ggml_tensor *a, ggml_tensor *b) {
 }
 
 void ggml_set_prec(ggml_tensor *t, ggml_prec prec) {
-    if (t->op != GGML_OP_MUL_MAT && t->op != GGML_OP_MUL_MAT_SPARSE_ROWS && t->op != GGML_OP_SPARSE_DOWN)
+    if (t->op != GGML_OP_MUL_MAT && t->op != GGML_OP_MUL_MAT_SPARSE_ROWS && t->op != GGML_OP_SPARSE_DOWN &&
+        t->op != GGML_OP_SPARSE_FFN)
         ggml_abort("set_prec: %s is not a weight product", t->name);
     t->op_params[GGML_PREC_PARAM] = (int32_t)prec;
 }

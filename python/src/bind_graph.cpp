@@ -176,6 +176,9 @@ struct Graph {
         return p.contains(k) ? nb::cast<double>(p[k]) : def;
     }
     static int iparam(const nb::dict &p, const char *k, int def) { return p.contains(k) ? nb::cast<int>(p[k]) : def; }
+    static std::string p_str(const nb::dict &p, const char *k, const char *def) {
+        return p.contains(k) ? nb::cast<std::string>(p[k]) : std::string(def);
+    }
     // "prec": "high" | "default" (ggml_set_prec) for the weight products
     static void set_prec(ggml_tensor *r, const nb::dict &p) {
         if (!p.contains("prec")) return;
@@ -302,6 +305,36 @@ struct Graph {
             f32(s[0], "a");
             if (s[0]->ne[2] != 1 || s[0]->ne[3] != 1) throw nb::value_error("sparse_mask: input must be 2-D [T, n]");
             r = ggml_sparse_mask(ctx, s[0], (float)fparam(params, "threshold", 0.0));
+        } else if (name == "sparse_ffn_bundle") {
+            need(3, 4);
+            ggml_tensor *w = s[0], *x = s[1], *idx = s[2], *wd = s.size() > 3 ? s[3] : nullptr;
+            const ggml_type_traits *tr = ggml_get_type_traits(w->type);
+            if (!tr->vec_dot || !tr->to_float) throw nb::type_error(("sparse_ffn_bundle: unsupported weight type " + std::string(tr->name)).c_str());
+            if (wd && (wd->ne[0] != w->ne[1] / 3 || wd->ne[1] != w->ne[0] || wd->ne[2] != 1 || wd->ne[3] != 1 ||
+                       !ggml_is_contiguous_rows(wd) || !ggml_get_type_traits(wd->type)->vec_dot))
+                throw nb::value_error("sparse_ffn_bundle: w_down must be [d, n] (numpy order) for a bundle of [3n, d]");
+            if (!ggml_is_contiguous_rows(w) || w->ne[2] != 1 || w->ne[3] != 1 || w->ne[1] % 3)
+                throw nb::value_error("sparse_ffn_bundle: weight must be 2-D [3n, d] with contiguous rows");
+            f32(x, "x");
+            if (x->nb[0] != sizeof(float) || x->ne[0] != w->ne[0] || x->ne[2] != 1 || x->ne[3] != 1)
+                throw nb::value_error("sparse_ffn_bundle: x must be [T, d]");
+            if (x->ne[1] > GGML_SPARSE_FFN_MAX_T) throw nb::value_error("sparse_ffn_bundle: too many tokens");
+            const int64_t n = w->ne[1] / 3;
+            if (idx->type != GGML_TYPE_I32 || idx->nb[0] != sizeof(int32_t) || idx->ne[2] != 1 || idx->ne[3] != 1 ||
+                idx->ne[0] < 1 || idx->ne[0] > n + 1)
+                throw nb::value_error("sparse_ffn_bundle: idx must be int32 [C, m+1] with m <= n");
+            if (idx->data) {
+                const int32_t *col = (const int32_t *)((const char *)idx->data + (idx->ne[1] - 1) * idx->nb[1]);
+                if (col[0] < 0 || col[0] > idx->ne[0] - 1) throw nb::value_error("sparse_ffn_bundle: bad index list count");
+                for (int32_t j = 1; j <= col[0]; j++)
+                    if (col[j] < 0 || col[j] >= n || (j > 1 && col[j] <= col[j - 1]))
+                        throw nb::value_error("sparse_ffn_bundle: index list must be strictly ascending ids in [0, n)");
+            }
+            const std::string act = p_str(params, "act", "swiglu");
+            const ggml_op a = act == "swiglu" ? GGML_OP_SWIGLU : act == "reglu" ? GGML_OP_REGLU : act == "geglu" ? GGML_OP_GEGLU : GGML_OP_NONE;
+            if (a == GGML_OP_NONE) throw nb::value_error("sparse_ffn_bundle: act must be 'swiglu', 'reglu' or 'geglu'");
+            r = ggml_sparse_ffn_bundle(ctx, w, wd, x, idx, a, iparam(params, "relu_up", 0) != 0);
+            set_prec(r, params);
         } else if (name == "mul_mat_sparse_rows" || name == "sparse_down") {
             const bool down = name == "sparse_down";
             need(3, down ? 4 : 3);

@@ -51,6 +51,7 @@ static forward_fn forward_table(ggml_op op) {
         case GGML_OP_MUL_MAT_SPARSE_ROWS: return ggml_compute_forward_mul_mat_sparse_rows;
         case GGML_OP_SPARSE_DOWN: return ggml_compute_forward_sparse_down;
         case GGML_OP_SPARSE_MASK: return ggml_compute_forward_sparse_mask;
+        case GGML_OP_SPARSE_FFN: return ggml_compute_forward_sparse_ffn;
         default: return nullptr;
     }
 }

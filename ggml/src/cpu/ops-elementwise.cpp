@@ -28,18 +28,7 @@ void require_f32(const char *op, const ggml_tensor *t) {
 inline float at(const char *row, size_t nb0, int64_t i) { return *(const float *)(row + (size_t)i * nb0); }
 inline float &at(char *row, size_t nb0, int64_t i) { return *(float *)(row + (size_t)i * nb0); }
 
-// The activation functions. Each is written so it stays accurate over the
-// whole float range (no cancellation, no overflow to NaN).
-inline float op_relu(float x) { return x > 0.0f ? x : 0.0f; }
-inline float op_silu(float x) { return x / (1.0f + expf(-x)); }
-// GELU, tanh approximation: 0.5x(1 + tanh(u)), u = sqrt(2/pi)(x + 0.044715x^3).
-// Since 0.5(1 + tanh(u)) == 1/(1 + exp(-2u)), we evaluate the latter: the
-// former loses all precision for x << 0 where tanh(u) rounds to -1.
-inline float op_gelu(float x) {
-    const float k = 0.7978845608028654f;  // sqrt(2/pi)
-    const float u = k * x * (1.0f + 0.044715f * x * x);
-    return x / (1.0f + expf(-2.0f * u));
-}
+// The activation functions op_relu, op_silu, op_gelu are in ops.h.
 
 // dst = f(src0) elementwise; dst has src0's shape.
 template <class F>

@@ -248,12 +248,67 @@ rows_plan make_rows_plan(const ggml_tensor *dst) {
 
 }  // namespace
 
-extern "C" size_t ggml_mul_mat_sparse_rows_work_size(const ggml_tensor *node, int n_threads) {
-    const rows_plan p = make_rows_plan(node);
+namespace {
+
+// Converts the activations x [K, T] as rows_plan says, once per token (every
+// worker privately for few tokens, else split among workers and a barrier).
+// Returns where converted token 0 starts (token t at + t * p.xstride); for F32
+// activations (nothing to convert) returns nullptr.
+const char *convert_rows(const char *op, const ggml_compute_params *params, const rows_plan &p, const ggml_tensor *x) {
+    if (!p.convert) return nullptr;
+    const int64_t K = x->ne[0], T = x->ne[1];
+    const int ith = params->ith, nth = params->nth;
+    char *wdata = (char *)params->wdata;
+    const ggml_type_traits *tv = ggml_get_type_traits(p.vdt);
+    if (!tv->from_float) ggml_abort("%s: no converter to %s", op, ggml_type_name(p.vdt));
+    const ggml_from_float_t from_float = p.q8x_dot ? p.q8x_quantize : tv->from_float;
+    const bool resid = p.high && !p.q8x_dot;  // q8xh rows need no second pass
+    const size_t one = align_up(p.xstride * (size_t)T);
+    float *scratch = (float *)(wdata + (p.priv ? (size_t)nth : 1) * one) + (size_t)ith * (align_up(sizeof(float) * (size_t)K) / sizeof(float));
+    int64_t t0 = 0, t1 = T;
+    if (p.priv) wdata += (size_t)ith * one;
+    else ggml_split_range(T, ith, nth, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++)
+        ggml_convert_act((const float *)((const char *)x->data + t * x->nb[1]), wdata + (size_t)t * p.xstride, K,
+                         from_float, tv->to_float, p.vrow, resid, scratch);
+    if (!p.priv) ggml_barrier(params->tp);
+    return wdata;
+}
+
+// Bytes convert_rows needs (the caller's own scratch goes after them).
+size_t convert_rows_size(const rows_plan &p, const ggml_tensor *x, int n_threads) {
     if (!p.convert) return 0;
-    const size_t one = align_up(p.xstride * (size_t)node->src[1]->ne[1]);
-    const size_t scratch = p.high ? (size_t)n_threads * align_up(sizeof(float) * (size_t)node->src[1]->ne[0]) : 0;
+    const size_t one = align_up(p.xstride * (size_t)x->ne[1]);
+    const size_t scratch = p.high ? (size_t)n_threads * align_up(sizeof(float) * (size_t)x->ne[0]) : 0;
     return (p.priv ? (size_t)n_threads * one : one) + scratch;
+}
+
+// out[t * out_stride bytes] = dot(weight row, token t) for t < T, each the same
+// computation as in the dense MUL_MAT (conv: convert_rows' result).
+void row_dots(const rows_plan &p, const ggml_type_traits *tw, int64_t K, const char *wrow, const char *conv,
+              const ggml_tensor *x, float *out, size_t out_stride, int64_t T) {
+    auto xrow = [&](int64_t t) -> const void * {
+        return conv ? (const void *)(conv + (size_t)t * p.xstride) : (const void *)((const char *)x->data + t * x->nb[1]);
+    };
+    auto o = [&](int64_t t) { return (float *)((char *)out + t * out_stride); };
+    if (p.q8x_dot) {  // q8xh: up to eight tokens per call
+        for (int64_t t0 = 0; t0 < T; t0 += 8) p.q8x_dot(K, wrow, xrow(t0), p.xstride, o(t0), out_stride, (int)std::min<int64_t>(8, T - t0));
+        return;
+    }
+    for (int64_t t = 0; t < T; t++) {
+        tw->vec_dot(K, o(t), wrow, xrow(t));
+        if (p.high) {  // the dot with the converted residual
+            float r;
+            tw->vec_dot(K, &r, wrow, (const char *)xrow(t) + p.vrow);
+            *o(t) += r;
+        }
+    }
+}
+
+}  // namespace
+
+extern "C" size_t ggml_mul_mat_sparse_rows_work_size(const ggml_tensor *node, int n_threads) {
+    return convert_rows_size(make_rows_plan(node), node->src[1], n_threads);
 }
 
 extern "C" void ggml_compute_forward_mul_mat_sparse_rows(const ggml_compute_params *params, ggml_tensor *dst) {
@@ -264,27 +319,7 @@ extern "C" void ggml_compute_forward_mul_mat_sparse_rows(const ggml_compute_para
     const int64_t begin = dst->op_params[0], end = dst->op_params[1];
     const int ith = params->ith, nth = params->nth;
     const rows_plan p = make_rows_plan(dst);
-    char *wdata = (char *)params->wdata;
-
-    if (p.convert) {  // activations -> vec_dot_type, once per token
-        const ggml_type_traits *tv = ggml_get_type_traits(p.vdt);
-        if (!tv->from_float) ggml_abort("%s: no converter to %s", op, ggml_type_name(p.vdt));
-        const ggml_from_float_t from_float = p.q8x_dot ? p.q8x_quantize : tv->from_float;
-        const ggml_to_float_t to_float = tv->to_float;
-        const bool resid = p.high && !p.q8x_dot;  // q8xh rows need no second pass
-        const size_t one = align_up(p.xstride * (size_t)T);
-        float *scratch = (float *)(wdata + (p.priv ? (size_t)nth : 1) * one) + (size_t)ith * (align_up(sizeof(float) * (size_t)K) / sizeof(float));
-        int64_t t0 = 0, t1 = T;
-        if (p.priv) wdata += (size_t)ith * one;
-        else ggml_split_range(T, ith, nth, &t0, &t1);
-        for (int64_t t = t0; t < t1; t++)
-            ggml_convert_act((const float *)((const char *)x->data + t * x->nb[1]), wdata + (size_t)t * p.xstride, K,
-                             from_float, to_float, p.vrow, resid, scratch);
-        if (!p.priv) ggml_barrier(params->tp);
-    }
-    auto xrow = [&](int64_t t) -> const void * {
-        return p.convert ? (const void *)(wdata + (size_t)t * p.xstride) : (const void *)((const char *)x->data + t * x->nb[1]);
-    };
+    const char *conv = convert_rows(op, params, p, x);
     const int g = dst->op_params[2] > 0 ? dst->op_params[2] : 1;
     auto outg = [&](int64_t i, int64_t t, int j) {
         return (float *)((char *)dst->data + t * dst->nb[1] + j * dst->nb[2]) + i;
@@ -305,15 +340,6 @@ extern "C" void ggml_compute_forward_mul_mat_sparse_rows(const ggml_compute_para
                 for (int64_t t = 0; t < T; t++) memset(outg(z0, t, j), 0, sizeof(float) * (size_t)(z1 - z0));
     };
 
-    // one output: the dot with the converted row, plus (HIGH) with its residual
-    auto vec_dot = [&](int64_t k, float *s, const void *wr, const void *xr) {
-        tw->vec_dot(k, s, wr, xr);
-        if (p.high) {
-            float r;
-            tw->vec_dot(k, &r, wr, (const char *)xr + p.vrow);
-            *s += r;
-        }
-    };
     const size_t wbytes = (size_t)g * ggml_row_size(w->type, K);  // one neuron: g adjacent rows
     auto wrow_of = [&](int64_t a) { return (const char *)w->data + (int64_t)l.ids[a] * g * w->nb[1]; };
     // Scattered rows need software prefetch; a contiguous run of active rows is
@@ -332,12 +358,7 @@ extern "C" void ggml_compute_forward_mul_mat_sparse_rows(const ggml_compute_para
         for (int j = 0; j < g; j++) {
             if (ahead && a + ahead < a1) prefetch_bytes(wrow_of(a + ahead) + j * rbytes, rbytes);
             const char *wrow = (const char *)w->data + (i * g + j) * w->nb[1];
-            if (p.q8x_dot) {  // up to eight tokens per call
-                for (int64_t t0 = 0; t0 < T; t0 += 8)
-                    p.q8x_dot(K, wrow, xrow(t0), p.xstride, outg(i, t0, j), dst->nb[1], (int)std::min<int64_t>(8, T - t0));
-            } else {
-                for (int64_t t = 0; t < T; t++) vec_dot(K, outg(i, t, j), wrow, xrow(t));
-            }
+            row_dots(p, tw, K, wrow, conv, x, outg(i, 0, j), dst->nb[1], T);
         }
         cur = i + 1;
     }
@@ -362,19 +383,26 @@ struct down_dense_plan {
     size_t hstride = 0;  // bytes per token: vrow or 2 vrow
 };
 
-down_dense_plan make_down_dense_plan(const ggml_tensor *dst) {
+down_dense_plan make_down_dense_plan(const ggml_tensor *wd, int64_t begin, int64_t end, bool high) {
     down_dense_plan p;
-    const ggml_tensor *wd = dst->src[3];
     if (!wd) return p;
-    const int64_t begin = dst->op_params[0], end = dst->op_params[1];
     p.vdt = ggml_get_type_traits(wd->type)->vec_dot_type;
     const int64_t blck = std::max(ggml_blck_size(wd->type), ggml_blck_size(p.vdt));
     p.len = end - begin;
     p.ok = p.len > 0 && begin % blck == 0 && end % blck == 0;
     p.vrow = ggml_row_size(p.vdt, p.len);
-    p.high = p.vdt != GGML_TYPE_F32 && ggml_prec_high(dst);
+    p.high = p.vdt != GGML_TYPE_F32 && high;
     p.hstride = p.high ? 2 * p.vrow : p.vrow;
     return p;
+}
+
+down_dense_plan make_down_dense_plan(const ggml_tensor *dst) {
+    return make_down_dense_plan(dst->src[3], dst->op_params[0], dst->op_params[1], ggml_prec_high(dst));
+}
+
+// Scratch of dense_down for T tokens and nth workers.
+size_t dense_down_size(const down_dense_plan &p, int64_t T, int nth) {
+    return align_up(p.hstride * (size_t)T) + (size_t)nth * 2 * align_up(sizeof(float) * (size_t)p.len);
 }
 
 }  // namespace
@@ -383,27 +411,29 @@ extern "C" size_t ggml_sparse_down_work_size(const ggml_tensor *node, int n_thre
     const ggml_tensor *wt = node->src[0];
     const size_t sparse = (size_t)n_threads * GGML_AXPY_MAX_ROWS * align_up(sizeof(float) * (size_t)wt->ne[0]);
     const down_dense_plan p = make_down_dense_plan(node);
-    const size_t dense = p.ok ? align_up(p.hstride * (size_t)node->src[1]->ne[1]) + (size_t)n_threads * 2 * align_up(sizeof(float) * (size_t)p.len) : 0;
+    const size_t dense = p.ok ? dense_down_size(p, node->src[1]->ne[1], n_threads) : 0;
     return std::max(sparse, dense);
 }
 
 namespace {
 
-void sparse_down_dense(const ggml_compute_params *params, ggml_tensor *dst, const active_list &l, const down_dense_plan &p) {
-    const char *op = "sparse_down";
-    const ggml_tensor *h = dst->src[1], *wd = dst->src[3];
+// The dense path of the down projection: h (row t at h + t * h_stride bytes;
+// only the active entries are read, the others taken as 0) converted to
+// w_down's vec_dot_type, then one dot product per output over [begin, end) of
+// w_down [n, d]; y row t at y + t * y_stride bytes. conv: dense_down_size bytes.
+void dense_down(const ggml_compute_params *params, const ggml_tensor *wd, int64_t begin, int64_t end, const active_list &l,
+                const down_dense_plan &p, const float *h, size_t h_stride, int64_t T, char *y, size_t y_stride, char *conv,
+                const char *op) {
     const ggml_type_traits *td = ggml_get_type_traits(wd->type);
-    const int64_t d = wd->ne[1], T = h->ne[1];
-    const int64_t begin = dst->op_params[0], end = dst->op_params[1];
+    const int64_t d = wd->ne[1];
     const int ith = params->ith, nth = params->nth;
-    char *conv = (char *)params->wdata;
     const size_t frow = align_up(sizeof(float) * (size_t)p.len);
     float *tmp = (float *)(conv + align_up(p.hstride * (size_t)T) + (size_t)ith * 2 * frow);
     float *scratch = (float *)((char *)tmp + frow);
     int64_t t0, t1;
     ggml_split_range(T, ith, nth, &t0, &t1);
     for (int64_t t = t0; t < t1; t++) {
-        const float *ht = (const float *)((const char *)h->data + t * h->nb[1]);
+        const float *ht = (const float *)((const char *)h + t * h_stride);
         memset(tmp, 0, sizeof(float) * (size_t)p.len);
         int64_t prev = begin - 1;
         for (int64_t a = l.lo; a < l.hi; a++) {
@@ -424,7 +454,7 @@ void sparse_down_dense(const ggml_compute_params *params, ggml_tensor *dst, cons
     for (int64_t j = j0; j < j1; j++) {
         const char *row = (const char *)wd->data + j * wd->nb[1] + woff;
         for (int64_t t = 0; t < T; t++) {
-            float *s = (float *)((char *)dst->data + t * dst->nb[1]) + j;
+            float *s = (float *)(y + t * y_stride) + j;
             const char *ht = conv + (size_t)t * p.hstride;
             td->vec_dot(p.len, s, row, ht);
             if (p.high) {
@@ -434,6 +464,12 @@ void sparse_down_dense(const ggml_compute_params *params, ggml_tensor *dst, cons
             }
         }
     }
+}
+
+void sparse_down_dense(const ggml_compute_params *params, ggml_tensor *dst, const active_list &l, const down_dense_plan &p) {
+    const ggml_tensor *h = dst->src[1];
+    dense_down(params, dst->src[3], dst->op_params[0], dst->op_params[1], l, p, (const float *)h->data, h->nb[1], h->ne[1],
+               (char *)dst->data, dst->nb[1], (char *)params->wdata, "sparse_down");
 }
 
 }  // namespace
@@ -530,4 +566,155 @@ extern "C" bool ggml_sparse_should_use_dense(int64_t n_active, int64_t n, int64_
     // from about half density on; batches gain more from sparsity (the weight
     // rows are reused across tokens), dense won only near full density.
     return density >= (T <= 1 ? 0.5 : 0.85);
+}
+
+// ---------------------------------------------------------------- fused FFN over a neuron bundle
+
+namespace {
+
+// Parts of the active list with their own accumulator: a function of the list
+// length only, so the summation order never depends on the thread count.
+constexpr int64_t FFN_PART_ROWS = 64;
+constexpr int FFN_MAX_PARTS = 8;
+int ffn_parts(int64_t m) { return (int)std::max<int64_t>(1, std::min<int64_t>(FFN_MAX_PARTS, m / FFN_PART_ROWS)); }
+
+// Scratch after convert_rows': the accumulators of parts 1.. ([d, T] each; part
+// 0 sums into dst), then per worker GGML_AXPY_MAX_ROWS decoded down rows.
+size_t ffn_acc_offset(const rows_plan &p, const ggml_tensor *x, int nth) { return align_up(convert_rows_size(p, x, nth)); }
+
+}  // namespace
+
+// Past the crossover density (given ffn_down, src[3]): h of every active
+// neuron into [n, T] scratch after the accumulators, then dense_down's scratch.
+size_t ffn_dense_offset(const ggml_tensor *node, int nth) {
+    const ggml_tensor *w = node->src[0], *x = node->src[1];
+    const size_t row = align_up(sizeof(float) * (size_t)w->ne[0]);
+    return ffn_acc_offset(make_rows_plan(node), x, nth) + (size_t)(FFN_MAX_PARTS - 1) * (size_t)x->ne[1] * row +
+           (size_t)nth * GGML_AXPY_MAX_ROWS * row;
+}
+
+extern "C" size_t ggml_sparse_ffn_work_size(const ggml_tensor *node, int n_threads) {
+    const ggml_tensor *w = node->src[0], *x = node->src[1];
+    const int64_t n = w->ne[1] / 3, T = x->ne[1];
+    const down_dense_plan dp = make_down_dense_plan(node->src[3], 0, n, ggml_prec_high(node));
+    const size_t dense = dp.ok ? align_up(sizeof(float) * (size_t)(n * T)) + dense_down_size(dp, T, n_threads) : 0;
+    return ffn_dense_offset(node, n_threads) + dense;
+}
+
+// Each part: for its neurons in ascending order, the gate and up dots (as the
+// row-sparse op computes them), h = act(g) * up'(u), and y_part += h * down_t_i
+// with the axpy kernels of SPARSE_DOWN (up to four rows per pass over y). A
+// neuron's three rows are adjacent, fetched row by row a few neurons ahead.
+// Parts go to workers round-robin; then y = part 0 + part 1 + ... in order.
+// Past the crossover density (ggml_sparse_should_use_dense) with ffn_down
+// given, the parts only compute h, and the down projection is the dense
+// mat-vec of SPARSE_DOWN's dense path (down_t rows are not read).
+extern "C" void ggml_compute_forward_sparse_ffn(const ggml_compute_params *params, ggml_tensor *dst) {
+    const char *op = "sparse_ffn_bundle";
+    const ggml_tensor *w = dst->src[0], *x = dst->src[1], *idx = dst->src[2];
+    const ggml_type_traits *tw = ggml_get_type_traits(w->type);
+    const int64_t d = w->ne[0], n = w->ne[1] / 3, T = x->ne[1];
+    const int ith = params->ith, nth = params->nth;
+    const ggml_op act = (ggml_op)dst->op_params[0];
+    const bool relu_up = dst->op_params[1] != 0;
+    const rows_plan p = make_rows_plan(dst);
+    const char *conv = convert_rows(op, params, p, x);
+
+    const active_list l = read_list(op, idx, 0, n);
+    const int64_t m = l.hi - l.lo;
+    const int P = ffn_parts(m);
+    const down_dense_plan dp = make_down_dense_plan(dst->src[3], 0, n, ggml_prec_high(dst));
+    const bool dense = dp.ok && ggml_sparse_should_use_dense(m, n, T);
+    float *hd = (float *)((char *)params->wdata + ffn_dense_offset(dst, nth));  // [n, T] when dense
+    const size_t bstride = align_up(sizeof(float) * (size_t)d) / sizeof(float);
+    float *acc = (float *)((char *)params->wdata + ffn_acc_offset(p, x, nth));
+    float *buf = acc + (size_t)(FFN_MAX_PARTS - 1) * (size_t)T * bstride + (size_t)ith * GGML_AXPY_MAX_ROWS * bstride;
+    auto target = [&](int part, int64_t t) {
+        return part == 0 ? (float *)((char *)dst->data + t * dst->nb[1]) : acc + ((size_t)(part - 1) * T + t) * bstride;
+    };
+    auto activate = [&](float g) { return act == GGML_OP_SWIGLU ? op_silu(g) : act == GGML_OP_GEGLU ? op_gelu(g) : op_relu(g); };
+
+    const ggml_axpy_kernels &k = axpy_kernels();
+    ggml_axpy_t kern = k.f32;  // on decoded or F32 rows
+    bool direct = w->type == GGML_TYPE_F32;
+    if (T == 1) {
+        switch (w->type) {
+            case GGML_TYPE_F16: kern = k.f16, direct = true; break;
+            case GGML_TYPE_Q8_0: kern = k.q8_0, direct = true; break;
+            case GGML_TYPE_Q4_0: kern = k.q4_0, direct = true; break;
+            default: break;
+        }
+    }
+    const size_t rbytes = ggml_row_size(w->type, d);
+    auto neuron = [&](int64_t a) { return (const char *)w->data + (int64_t)l.ids[a] * 3 * w->nb[1]; };
+    const int64_t ahead = std::max<int64_t>(1, prefetch_rows(rbytes) / 3);
+
+    for (int part = ith; part < P; part += nth) {
+        const int64_t a_begin = l.lo + m * part / P, a_end = l.lo + m * (part + 1) / P;
+        if (!dense)
+            for (int64_t t = 0; t < T; t++) memset(target(part, t), 0, sizeof(float) * (size_t)d);
+        for (int64_t a = a_begin; a < std::min(a_end, a_begin + ahead); a++) prefetch_bytes(neuron(a), (dense ? 2 : 3) * rbytes);
+        const void *rows[GGML_AXPY_MAX_ROWS];
+        float hv[GGML_AXPY_MAX_ROWS][GGML_SPARSE_FFN_MAX_T];
+        int nr = 0;
+        auto flush = [&]() {
+            if (nr == 0) return;
+            float av[GGML_AXPY_MAX_ROWS];
+            for (int64_t t = 0; t < T; t++) {
+                for (int r = 0; r < nr; r++) av[r] = hv[r][t];
+                kern(d, target(part, t), rows, av, nr);
+            }
+            nr = 0;
+        };
+        int64_t prev = a_begin == l.lo ? -1 : l.ids[a_begin - 1];  // the part before checks that one
+        for (int64_t a = a_begin; a < a_end; a++) {
+            const int64_t i = l.ids[a];
+            if (i <= prev || i >= n) bad_list(op, i);
+            prev = i;
+            const char *nr0 = neuron(a), *next = a + ahead < a_end ? neuron(a + ahead) : nullptr;
+            float g[GGML_SPARSE_FFN_MAX_T], u[GGML_SPARSE_FFN_MAX_T];
+            if (next) prefetch_bytes(next, rbytes);
+            row_dots(p, tw, d, nr0, conv, x, g, sizeof(float), T);
+            if (next) prefetch_bytes(next + rbytes, rbytes);
+            row_dots(p, tw, d, nr0 + w->nb[1], conv, x, u, sizeof(float), T);
+            if (dense) {
+                for (int64_t t = 0; t < T; t++) hd[t * n + i] = activate(g[t]) * (relu_up ? op_relu(u[t]) : u[t]);
+                continue;
+            }
+            if (next) prefetch_bytes(next + 2 * rbytes, rbytes);
+            bool any = false;  // a neuron with h = 0 for every token adds nothing
+            for (int64_t t = 0; t < T; t++) {
+                hv[nr][t] = activate(g[t]) * (relu_up ? op_relu(u[t]) : u[t]);
+                any = any || hv[nr][t] != 0.0f;
+            }
+            if (!any) continue;
+            const char *down = nr0 + 2 * w->nb[1];
+            if (direct) {
+                rows[nr] = down;
+            } else {
+                float *dq = buf + (size_t)nr * bstride;
+                tw->to_float(down, dq, d);
+                rows[nr] = dq;
+            }
+            if (++nr == GGML_AXPY_MAX_ROWS) flush();
+        }
+        flush();
+    }
+    if (dense) {
+        ggml_barrier(params->tp);  // every part's h is written
+        dense_down(params, dst->src[3], 0, n, l, dp, hd, sizeof(float) * (size_t)n, T, (char *)dst->data, dst->nb[1],
+                   (char *)hd + align_up(sizeof(float) * (size_t)(n * T)), op);
+        return;
+    }
+    if (P == 1) return;
+    ggml_barrier(params->tp);
+    int64_t j0, j1;  // y = part 0 + part 1 + ... (in part order), columns split among workers
+    ggml_split_range(d, ith, nth, &j0, &j1);
+    for (int64_t t = 0; t < T; t++) {
+        float *y = target(0, t);
+        for (int part = 1; part < P; part++) {
+            const float *src = target(part, t);
+            for (int64_t j = j0; j < j1; j++) y[j] += src[j];
+        }
+    }
 }

@@ -10,6 +10,7 @@ extern "C" size_t ggml_op_work_size(const ggml_tensor *node, int n_threads) {
         case GGML_OP_SPARSE_SELECT: return ggml_sparse_select_work_size(node, n_threads);
         case GGML_OP_MUL_MAT_SPARSE_ROWS: return ggml_mul_mat_sparse_rows_work_size(node, n_threads);
         case GGML_OP_SPARSE_DOWN: return ggml_sparse_down_work_size(node, n_threads);
+        case GGML_OP_SPARSE_FFN: return ggml_sparse_ffn_work_size(node, n_threads);
         default: return 0;  // all other ops work in place on dst
     }
 }

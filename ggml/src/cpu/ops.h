@@ -3,6 +3,8 @@
 // result never depends on the thread count.
 #pragma once
 
+#include <math.h>
+
 #include "ggml.h"
 
 #ifdef __cplusplus
@@ -52,6 +54,20 @@ static inline bool ggml_prec_high(const struct ggml_tensor *node) {
     return node->op_params[GGML_MAX_OP_PARAMS - 1] == GGML_PREC_HIGH;
 }
 
+// The activation functions (elementwise ops and the fused sparse FFN). Each
+// is written so it stays accurate over the whole float range (no
+// cancellation, no overflow to NaN).
+static inline float op_relu(float x) { return x > 0.0f ? x : 0.0f; }
+static inline float op_silu(float x) { return x / (1.0f + expf(-x)); }
+// GELU, tanh approximation: 0.5x(1 + tanh(u)), u = sqrt(2/pi)(x + 0.044715x^3).
+// Since 0.5(1 + tanh(u)) == 1/(1 + exp(-2u)), we evaluate the latter: the
+// former loses all precision for x << 0 where tanh(u) rounds to -1.
+static inline float op_gelu(float x) {
+    const float k = 0.7978845608028654f;  // sqrt(2/pi)
+    const float u = k * x * (1.0f + 0.044715f * x * x);
+    return x / (1.0f + expf(-2.0f * u));
+}
+
 #define GGML_DECLARE_FORWARD(name) \
     void ggml_compute_forward_##name(const struct ggml_compute_params *params, struct ggml_tensor *dst);
 GGML_DECLARE_FORWARD(dup)
@@ -76,12 +92,14 @@ GGML_DECLARE_FORWARD(sparse_select)
 GGML_DECLARE_FORWARD(mul_mat_sparse_rows)
 GGML_DECLARE_FORWARD(sparse_down)
 GGML_DECLARE_FORWARD(sparse_mask)
+GGML_DECLARE_FORWARD(sparse_ffn)
 #undef GGML_DECLARE_FORWARD
 
 size_t ggml_mul_mat_work_size(const struct ggml_tensor *node, int n_threads);
 size_t ggml_sparse_select_work_size(const struct ggml_tensor *node, int n_threads);        // ops-sparse.cpp
 size_t ggml_mul_mat_sparse_rows_work_size(const struct ggml_tensor *node, int n_threads);  // ops-sparse.cpp
 size_t ggml_sparse_down_work_size(const struct ggml_tensor *node, int n_threads);          // ops-sparse.cpp
+size_t ggml_sparse_ffn_work_size(const struct ggml_tensor *node, int n_threads);           // ops-sparse.cpp
 
 #ifdef __cplusplus
 }
