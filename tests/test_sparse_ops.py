@@ -582,14 +582,17 @@ def test_sparse_ffn_bundle_relu_up_and_errors():
         _core.run_op("sparse_ffn_bundle", [ws[0], x, index_list(n, [act])], {})
     with pytest.raises(ValueError, match="tokens"):
         _core.run_op("sparse_ffn_bundle", [interleave3(ws, n), np.ones((9, d), np.float32), index_list(n, [act])], {})
+    with pytest.raises(ValueError, match="together"):
+        _core.run_op("sparse_ffn_bundle", [interleave3(ws, n), x, index_list(n, [act]), ws[2].T.copy(), ws[0]], {})
 
 
 @pytest.mark.parametrize("wtype", ["f32", "q4_0", "q8_0", "q6_K"])
 @pytest.mark.parametrize("density,prec", [(0.05, "default"), (0.6, "default"), (0.6, "high")])
 def test_sparse_ffn_bundle_dense_fallback(wtype, density, prec):
-    """Given the plain ffn_down, past the crossover density (T = 1: half the neurons)
-    the fused op computes the down projection as a dense mat-vec over ffn_down;
-    below it, on the bundle's down_t rows. w_down has its own values here, so the
+    """Given the plain ffn_gate, ffn_up and ffn_down, past the crossover density
+    (T = 1: half the neurons) the fused op reads gate and up from the plain
+    matrices and computes the down projection as a dense mat-vec over ffn_down;
+    below it, everything from the bundle. w_down has its own values here, so the
     reference shows which matrix was used."""
     g = np.random.default_rng(7)
     B = max(blck(wtype), 32)
@@ -598,7 +601,7 @@ def test_sparse_ffn_bundle_dense_fallback(wtype, density, prec):
     wd, wd64 = make_weight(wtype, d, n, g)  # [d rows of n]: ffn_down
     x = g.standard_normal((1, d)).astype(np.float32)
     act = random_active(n, density, g)
-    y = run("sparse_ffn_bundle", [interleave3([wg, wu, wt], n), x, index_list(n, [act]), wd],
+    y = run("sparse_ffn_bundle", [interleave3([wg, wu, wt], n), x, index_list(n, [act]), wd, wg, wu],
             {"act": "swiglu", "prec": prec}).reshape(1, d)
     seen = act_as_seen_high if prec == "high" else act_as_seen
     xs = seen(wtype, x)

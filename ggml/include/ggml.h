@@ -294,12 +294,15 @@ struct ggml_tensor *ggml_mul_mat_sparse_rows_bundle(struct ggml_context *ctx, st
 // into parts at fixed positions (never depending on the thread count), each
 // summed in ascending neuron order into its own accumulator by one worker, and
 // the parts are added in order: results are identical for every thread count.
-// w_down [n, d] (the plain ffn_down) may be NULL; when given and
-// ggml_sparse_should_use_dense says the active share is too large, the down
-// projection is the dense mat-vec of ggml_sparse_down instead (same sum).
+// w_gate, w_up [d, n] and w_down [n, d] (the plain matrices) may be NULL; when
+// all are given and ggml_sparse_should_use_dense says the active share is too
+// large, gate and up are read from the plain matrices (a near-dense list
+// streams them in order, where the bundle would drag the down_t rows along)
+// and the down projection is the dense mat-vec of ggml_sparse_down (same sum).
 #define GGML_SPARSE_FFN_MAX_T 8
-struct ggml_tensor *ggml_sparse_ffn_bundle(struct ggml_context *ctx, struct ggml_tensor *w, struct ggml_tensor *w_down,
-                                           struct ggml_tensor *x, struct ggml_tensor *idx, enum ggml_op act, bool relu_up);
+struct ggml_tensor *ggml_sparse_ffn_bundle(struct ggml_context *ctx, struct ggml_tensor *w, struct ggml_tensor *w_gate,
+                                           struct ggml_tensor *w_up, struct ggml_tensor *w_down, struct ggml_tensor *x,
+                                           struct ggml_tensor *idx, enum ggml_op act, bool relu_up);
 // Column-sparse down projection: wt [d, n] (ffn_down_t: one contiguous row of d
 // per neuron, any type with to_float), h [n, T] F32 -> F32 [d, T] with
 // y[:, t] = Σ_{i active in [begin, end)} h[i, t] · wt_i. Every output is written

@@ -6,6 +6,7 @@
 // ggml_sparse_should_use_dense picks the path, 1 = always sparse, 2 = dense
 // whenever w_down is given and the range is aligned (tests set it).
 #include <cstring>
+#include <initializer_list>
 
 #include "ggml-impl.h"
 
@@ -90,22 +91,27 @@ ggml_tensor *ggml_mul_mat_sparse_rows(ggml_context *ctx, ggml_tensor *w, ggml_te
     return ggml_mul_mat_sparse_rows_bundle(ctx, w, x, idx, begin, end, 1);
 }
 
-ggml_tensor *ggml_sparse_ffn_bundle(ggml_context *ctx, ggml_tensor *w, ggml_tensor *w_down, ggml_tensor *x, ggml_tensor *idx,
-                                   ggml_op act, bool relu_up) {
+ggml_tensor *ggml_sparse_ffn_bundle(ggml_context *ctx, ggml_tensor *w, ggml_tensor *w_gate, ggml_tensor *w_up,
+                                   ggml_tensor *w_down, ggml_tensor *x, ggml_tensor *idx, ggml_op act, bool relu_up) {
     const char *op = "sparse_ffn_bundle";
     const ggml_type_traits *tr = ggml_get_type_traits(w->type);
     if (!tr->vec_dot || !tr->to_float) ggml_abort("%s: weight type %s has no dot kernel or no to_float", op, tr->name);
     if (!ggml_is_contiguous_rows(w) || w->ne[2] != 1 || w->ne[3] != 1) ggml_abort("%s: w must be 2-D with contiguous rows", op);
     if (w->ne[1] % 3) ggml_abort("%s: w has %lld rows, not 3 per neuron", op, (long long)w->ne[1]);
+    const int64_t n = w->ne[1] / 3;
+    for (const ggml_tensor *p : {w_gate, w_up})
+        if (p && (p->type != w->type || p->ne[0] != w->ne[0] || p->ne[1] != n || p->ne[2] != 1 || p->ne[3] != 1 ||
+                  !ggml_is_contiguous_rows(p)))
+            ggml_abort("%s: w_gate and w_up must be [d, n] of w's type", op);
     if (x->type != GGML_TYPE_F32 || x->nb[0] != sizeof(float)) ggml_abort("%s: x must be F32 with contiguous rows", op);
     if (x->ne[0] != w->ne[0] || x->ne[2] != 1 || x->ne[3] != 1) ggml_abort("%s: x must be [d, T] with w [d, 3n]", op);
     if (x->ne[1] > GGML_SPARSE_FFN_MAX_T) ggml_abort("%s: %lld tokens, at most %d", op, (long long)x->ne[1], GGML_SPARSE_FFN_MAX_T);
     if (act != GGML_OP_SWIGLU && act != GGML_OP_REGLU && act != GGML_OP_GEGLU) ggml_abort("%s: act must be a gated op", op);
-    check_idx(op, idx, w->ne[1] / 3);
+    check_idx(op, idx, n);
     if (w_down) {
         const ggml_type_traits *td = ggml_get_type_traits(w_down->type);
         if (!td->vec_dot) ggml_abort("%s: no dot kernel for w_down type %s", op, td->name);
-        if (w_down->ne[0] != w->ne[1] / 3 || w_down->ne[1] != w->ne[0] || w_down->ne[2] != 1 || w_down->ne[3] != 1 ||
+        if (w_down->ne[0] != n || w_down->ne[1] != w->ne[0] || w_down->ne[2] != 1 || w_down->ne[3] != 1 ||
             !ggml_is_contiguous_rows(w_down))
             ggml_abort("%s: w_down must be 2-D [n, d] with contiguous rows for w [d, 3n]", op);
     }
@@ -115,6 +121,8 @@ ggml_tensor *ggml_sparse_ffn_bundle(ggml_context *ctx, ggml_tensor *w, ggml_tens
     r->src[1] = x;
     r->src[2] = idx;
     r->src[3] = w_down;
+    r->src[4] = w_gate;
+    r->src[5] = w_up;
     r->op_params[0] = (int32_t)act;
     r->op_params[1] = relu_up ? 1 : 0;
     return r;

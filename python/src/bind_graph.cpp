@@ -306,8 +306,13 @@ struct Graph {
             if (s[0]->ne[2] != 1 || s[0]->ne[3] != 1) throw nb::value_error("sparse_mask: input must be 2-D [T, n]");
             r = ggml_sparse_mask(ctx, s[0], (float)fparam(params, "threshold", 0.0));
         } else if (name == "sparse_ffn_bundle") {
-            need(3, 4);
+            need(3, 6);
             ggml_tensor *w = s[0], *x = s[1], *idx = s[2], *wd = s.size() > 3 ? s[3] : nullptr;
+            ggml_tensor *wg = s.size() > 4 ? s[4] : nullptr, *wu = s.size() > 5 ? s[5] : nullptr;  // plain gate, up
+            if ((wg || wu) && !(wg && wu && wd)) throw nb::value_error("sparse_ffn_bundle: give w_down, w_gate and w_up together");
+            for (ggml_tensor *q : {wg, wu})
+                if (q && (q->type != w->type || q->ne[0] != w->ne[0] || q->ne[1] != w->ne[1] / 3 || q->ne[2] != 1 || q->ne[3] != 1))
+                    throw nb::value_error("sparse_ffn_bundle: w_gate and w_up must be [n, d] of the bundle's type");
             const ggml_type_traits *tr = ggml_get_type_traits(w->type);
             if (!tr->vec_dot || !tr->to_float) throw nb::type_error(("sparse_ffn_bundle: unsupported weight type " + std::string(tr->name)).c_str());
             if (wd && (wd->ne[0] != w->ne[1] / 3 || wd->ne[1] != w->ne[0] || wd->ne[2] != 1 || wd->ne[3] != 1 ||
@@ -333,7 +338,7 @@ struct Graph {
             const std::string act = p_str(params, "act", "swiglu");
             const ggml_op a = act == "swiglu" ? GGML_OP_SWIGLU : act == "reglu" ? GGML_OP_REGLU : act == "geglu" ? GGML_OP_GEGLU : GGML_OP_NONE;
             if (a == GGML_OP_NONE) throw nb::value_error("sparse_ffn_bundle: act must be 'swiglu', 'reglu' or 'geglu'");
-            r = ggml_sparse_ffn_bundle(ctx, w, wd, x, idx, a, iparam(params, "relu_up", 0) != 0);
+            r = ggml_sparse_ffn_bundle(ctx, w, wg, wu, wd, x, idx, a, iparam(params, "relu_up", 0) != 0);
             set_prec(r, params);
         } else if (name == "mul_mat_sparse_rows" || name == "sparse_down") {
             const bool down = name == "sparse_down";

@@ -613,6 +613,7 @@ extern "C" void ggml_compute_forward_sparse_ffn(const ggml_compute_params *param
     const char *op = "sparse_ffn_bundle";
     const ggml_tensor *w = dst->src[0], *x = dst->src[1], *idx = dst->src[2];
     const ggml_type_traits *tw = ggml_get_type_traits(w->type);
+    const ggml_tensor *wg = dst->src[4], *wu = dst->src[5];  // plain gate and up: the dense fallback's
     const int64_t d = w->ne[0], n = w->ne[1] / 3, T = x->ne[1];
     const int ith = params->ith, nth = params->nth;
     const ggml_op act = (ggml_op)dst->op_params[0];
@@ -624,7 +625,7 @@ extern "C" void ggml_compute_forward_sparse_ffn(const ggml_compute_params *param
     const int64_t m = l.hi - l.lo;
     const int P = ffn_parts(m);
     const down_dense_plan dp = make_down_dense_plan(dst->src[3], 0, n, ggml_prec_high(dst));
-    const bool dense = dp.ok && ggml_sparse_should_use_dense(m, n, T);
+    const bool dense = dp.ok && wg && wu && ggml_sparse_should_use_dense(m, n, T);
     float *hd = (float *)((char *)params->wdata + ffn_dense_offset(dst, nth));  // [n, T] when dense
     const size_t bstride = align_up(sizeof(float) * (size_t)d) / sizeof(float);
     float *acc = (float *)((char *)params->wdata + ffn_acc_offset(p, x, nth));
@@ -646,14 +647,29 @@ extern "C" void ggml_compute_forward_sparse_ffn(const ggml_compute_params *param
         }
     }
     const size_t rbytes = ggml_row_size(w->type, d);
-    auto neuron = [&](int64_t a) { return (const char *)w->data + (int64_t)l.ids[a] * 3 * w->nb[1]; };
-    const int64_t ahead = std::max<int64_t>(1, prefetch_rows(rbytes) / 3);
+    // The gate and up rows of active entry a: adjacent in the bundle, or (dense
+    // fallback) in the plain matrices, which a dense-ish list streams in order.
+    auto gate_row = [&](int64_t a) {
+        return dense ? (const char *)wg->data + (int64_t)l.ids[a] * wg->nb[1] : (const char *)w->data + (int64_t)l.ids[a] * 3 * w->nb[1];
+    };
+    auto up_row = [&](int64_t a) {
+        return dense ? (const char *)wu->data + (int64_t)l.ids[a] * wu->nb[1] : gate_row(a) + w->nb[1];
+    };
+    auto down_row = [&](int64_t a) { return gate_row(a) + 2 * w->nb[1]; };
+    // scattered neurons are prefetched a few ahead; a contiguous run is one
+    // stream per matrix that the hardware prefetcher follows by itself
+    const bool contiguous = m > 0 && l.ids[l.hi - 1] - l.ids[l.lo] == m - 1;
+    const int64_t ahead = contiguous ? 0 : std::max<int64_t>(1, prefetch_rows(rbytes) / 3);
 
     for (int part = ith; part < P; part += nth) {
         const int64_t a_begin = l.lo + m * part / P, a_end = l.lo + m * (part + 1) / P;
         if (!dense)
             for (int64_t t = 0; t < T; t++) memset(target(part, t), 0, sizeof(float) * (size_t)d);
-        for (int64_t a = a_begin; a < std::min(a_end, a_begin + ahead); a++) prefetch_bytes(neuron(a), (dense ? 2 : 3) * rbytes);
+        for (int64_t a = a_begin; a < std::min(a_end, a_begin + ahead); a++) {
+            prefetch_bytes(gate_row(a), rbytes);
+            prefetch_bytes(up_row(a), rbytes);
+            if (!dense) prefetch_bytes(down_row(a), rbytes);
+        }
         const void *rows[GGML_AXPY_MAX_ROWS];
         float hv[GGML_AXPY_MAX_ROWS][GGML_SPARSE_FFN_MAX_T];
         int nr = 0;
@@ -671,24 +687,24 @@ extern "C" void ggml_compute_forward_sparse_ffn(const ggml_compute_params *param
             const int64_t i = l.ids[a];
             if (i <= prev || i >= n) bad_list(op, i);
             prev = i;
-            const char *nr0 = neuron(a), *next = a + ahead < a_end ? neuron(a + ahead) : nullptr;
+            const bool pf = ahead && a + ahead < a_end;
             float g[GGML_SPARSE_FFN_MAX_T], u[GGML_SPARSE_FFN_MAX_T];
-            if (next) prefetch_bytes(next, rbytes);
-            row_dots(p, tw, d, nr0, conv, x, g, sizeof(float), T);
-            if (next) prefetch_bytes(next + rbytes, rbytes);
-            row_dots(p, tw, d, nr0 + w->nb[1], conv, x, u, sizeof(float), T);
+            if (pf) prefetch_bytes(gate_row(a + ahead), rbytes);
+            row_dots(p, tw, d, gate_row(a), conv, x, g, sizeof(float), T);
+            if (pf) prefetch_bytes(up_row(a + ahead), rbytes);
+            row_dots(p, tw, d, up_row(a), conv, x, u, sizeof(float), T);
             if (dense) {
                 for (int64_t t = 0; t < T; t++) hd[t * n + i] = activate(g[t]) * (relu_up ? op_relu(u[t]) : u[t]);
                 continue;
             }
-            if (next) prefetch_bytes(next + 2 * rbytes, rbytes);
+            if (pf) prefetch_bytes(down_row(a + ahead), rbytes);
             bool any = false;  // a neuron with h = 0 for every token adds nothing
             for (int64_t t = 0; t < T; t++) {
                 hv[nr][t] = activate(g[t]) * (relu_up ? op_relu(u[t]) : u[t]);
                 any = any || hv[nr][t] != 0.0f;
             }
             if (!any) continue;
-            const char *down = nr0 + 2 * w->nb[1];
+            const char *down = down_row(a);
             if (direct) {
                 rows[nr] = down;
             } else {
