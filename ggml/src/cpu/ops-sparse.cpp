@@ -574,7 +574,7 @@ namespace {
 
 // Parts of the active list with their own accumulator: a function of the list
 // length only, so the summation order never depends on the thread count.
-constexpr int64_t FFN_PART_ROWS = 64;
+constexpr int64_t FFN_PART_ROWS = 16;
 constexpr int FFN_MAX_PARTS = 8;
 int ffn_parts(int64_t m) { return (int)std::max<int64_t>(1, std::min<int64_t>(FFN_MAX_PARTS, m / FFN_PART_ROWS)); }
 
