@@ -117,11 +117,12 @@ struct pinfer_context_params {
     int32_t precision;   // PINFER_PREC_HIGH (default) or PINFER_PREC_FAST
 };
 
-// Precision of the activations that meet quantized weights. HIGH: about 16
-// bits (an 8-bit conversion plus its 8-bit residual, two integer dots per
-// weight read): the logits match a float32 reference of the same weights
-// (SmolLM2 Q4_1: top-1 100% vs transformers). FAST: 8 bits, as llama.cpp
-// (top-1 96%), up to ~1.8x faster prompt processing. BENCHMARKS.md.
+// Precision of the activations that meet quantized weights. HIGH: about 15
+// bits (Q8_0's 8-bit values plus the rounding residual on a 128x finer grid,
+// combined inside the integer dot product; a second converted row for types
+// without that kernel): the logits match a float32 reference of the same
+// weights (SmolLM2 Q4_1: top-1 100% vs transformers). FAST: 8 bits, as
+// llama.cpp (top-1 96%), up to ~1.5x faster prompt processing. BENCHMARKS.md.
 #define PINFER_PREC_HIGH 0
 #define PINFER_PREC_FAST 1
 const char *pinfer_precision_name(int32_t precision);       // "high", "fast"; NULL if unknown
