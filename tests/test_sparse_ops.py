@@ -487,13 +487,14 @@ def test_prec_param_is_checked():
 
 # ---------------------------------------------------------------- neuron bundles (g rows per neuron)
 
-def interleave_rows(wa, wb, n):
-    """The run_op input of the bundle [a_0, b_0, a_1, b_1, ...] of two (n, d) weights."""
-    if isinstance(wa, np.ndarray):
-        return np.stack([wa, wb], axis=1).reshape(2 * n, -1)
-    (ra, t, (_, d)), (rb, _, _) = wa, wb
-    rows = np.stack([np.frombuffer(ra, np.uint8).reshape(n, -1), np.frombuffer(rb, np.uint8).reshape(n, -1)], axis=1)
-    return rows.tobytes(), t, [2 * n, d]
+def interleave(ws, n):
+    """The run_op input of the bundle [a_0, b_0, ..., a_1, b_1, ...] of (n, d) weights."""
+    if isinstance(ws[0], np.ndarray):
+        return np.stack(ws, axis=1).reshape(len(ws) * n, -1)
+    t, d = ws[0][1], ws[0][2][1]
+    rows = np.stack([np.frombuffer(w[0], np.uint8).reshape(n, -1) for w in ws], axis=1)
+    return rows.tobytes(), t, [len(ws) * n, d]
+
 
 @pytest.mark.parametrize("wtype", WEIGHT_TYPES)
 @pytest.mark.parametrize("density", [0.0, 0.1, 1.0])
@@ -513,7 +514,7 @@ def test_rows_bundle_equals_separate_rows(wtype, density, T, prec):
     params = {"prec": prec}
     sep_g = run("mul_mat_sparse_rows", [wg, x, idx], params).reshape(T, n)
     sep_u = run("mul_mat_sparse_rows", [wu, x, idx], params).reshape(T, n)
-    wb = interleave_rows(wg, wu, n)
+    wb = interleave([wg, wu], n)
     both = run("mul_mat_sparse_rows", [wb, x, idx], dict(params, g=2)).reshape(2, T, n)
     assert both[0].tobytes() == sep_g.tobytes() and both[1].tobytes() == sep_u.tobytes()
     ref = (act_as_seen_high if prec == "high" else act_as_seen)(wtype, x) @ np.stack([wg64, wu64]).transpose(0, 2, 1)
@@ -524,15 +525,6 @@ def test_rows_bundle_equals_separate_rows(wtype, density, T, prec):
 
 
 # ---------------------------------------------------------------- fused FFN over a (gate, up, down_t) bundle
-
-def interleave3(ws, n):
-    """The run_op input of the bundle [a_0, b_0, c_0, a_1, ...] of three (n, d) weights."""
-    if isinstance(ws[0], np.ndarray):
-        return np.stack(ws, axis=1).reshape(3 * n, -1)
-    t, d = ws[0][1], ws[0][2][1]
-    rows = np.stack([np.frombuffer(w[0], np.uint8).reshape(n, -1) for w in ws], axis=1)
-    return rows.tobytes(), t, [3 * n, d]
-
 
 ACTS = {"swiglu": lambda g: g / (1 + np.exp(-g)), "reglu": lambda g: np.maximum(g, 0),
         "geglu": lambda g: g / (1 + np.exp(-2 * 0.7978845608028654 * g * (1 + 0.044715 * g * g)))}
@@ -553,7 +545,7 @@ def test_sparse_ffn_bundle(wtype, T, density):
     act = random_active(n, density, g)
     idx = index_list(n, [act])
     for name, prec in (("swiglu", "default"), ("reglu", "high"), ("geglu", "default")):
-        y = run("sparse_ffn_bundle", [interleave3([wg, wu, wd], n), x, idx], {"act": name, "prec": prec}).reshape(T, d)
+        y = run("sparse_ffn_bundle", [interleave([wg, wu, wd], n), x, idx], {"act": name, "prec": prec}).reshape(T, d)
         xs = (act_as_seen_high if prec == "high" else act_as_seen)(wtype, x)
         gv, uv = xs @ g64[act].T, xs @ u64[act].T  # (T, m)
         with np.errstate(over="ignore"):
@@ -572,18 +564,18 @@ def test_sparse_ffn_bundle_relu_up_and_errors():
     ws = [g.standard_normal((n, d)).astype(np.float32) for _ in range(3)]
     x = g.standard_normal((1, d)).astype(np.float32)
     act = random_active(n, 0.5, g)
-    y = run("sparse_ffn_bundle", [interleave3(ws, n), x, index_list(n, [act])], {"act": "reglu", "relu_up": 1})
+    y = run("sparse_ffn_bundle", [interleave(ws, n), x, index_list(n, [act])], {"act": "reglu", "relu_up": 1})
     w64 = [w.astype(np.float64) for w in ws]
     h = np.maximum(x @ w64[0][act].T, 0) * np.maximum(x @ w64[1][act].T, 0)
     np.testing.assert_allclose(y.reshape(1, d), h @ w64[2][act], rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="act"):
-        _core.run_op("sparse_ffn_bundle", [interleave3(ws, n), x, index_list(n, [act])], {"act": "tanh"})
+        _core.run_op("sparse_ffn_bundle", [interleave(ws, n), x, index_list(n, [act])], {"act": "tanh"})
     with pytest.raises(ValueError, match="3n"):
         _core.run_op("sparse_ffn_bundle", [ws[0], x, index_list(n, [act])], {})
     with pytest.raises(ValueError, match="tokens"):
-        _core.run_op("sparse_ffn_bundle", [interleave3(ws, n), np.ones((9, d), np.float32), index_list(n, [act])], {})
+        _core.run_op("sparse_ffn_bundle", [interleave(ws, n), np.ones((9, d), np.float32), index_list(n, [act])], {})
     with pytest.raises(ValueError, match="together"):
-        _core.run_op("sparse_ffn_bundle", [interleave3(ws, n), x, index_list(n, [act]), ws[2].T.copy(), ws[0]], {})
+        _core.run_op("sparse_ffn_bundle", [interleave(ws, n), x, index_list(n, [act]), ws[2].T.copy(), ws[0]], {})
 
 
 @pytest.mark.parametrize("wtype", ["f32", "q4_0", "q8_0", "q6_K"])
@@ -601,7 +593,7 @@ def test_sparse_ffn_bundle_dense_fallback(wtype, density, prec):
     wd, wd64 = make_weight(wtype, d, n, g)  # [d rows of n]: ffn_down
     x = g.standard_normal((1, d)).astype(np.float32)
     act = random_active(n, density, g)
-    y = run("sparse_ffn_bundle", [interleave3([wg, wu, wt], n), x, index_list(n, [act]), wd, wg, wu],
+    y = run("sparse_ffn_bundle", [interleave([wg, wu, wt], n), x, index_list(n, [act]), wd, wg, wu],
             {"act": "swiglu", "prec": prec}).reshape(1, d)
     seen = act_as_seen_high if prec == "high" else act_as_seen
     xs = seen(wtype, x)

@@ -85,9 +85,10 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *ds
 void copy_f32(const void *x, float *y, int64_t k) { memcpy(y, x, sizeof(float) * (size_t)k); }
 
 // The values a converted row stands for (for the residual of GGML_PREC_HIGH).
+// Every q8x kernel has a q8xh twin, so the q8x layout never needs a residual.
 ggml_to_float_t converted_to_float(const plan &p) {
     if (p.f32rows) return copy_f32;
-    if (p.q8x_dot) return ggml_q8x_to_float;
+    if (p.q8x_dot) ggml_abort("mul_mat: a q8x kernel without its q8xh twin");
     return ggml_get_type_traits(p.vdt)->to_float;
 }
 
@@ -152,15 +153,9 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
         if (!priv) ggml_barrier(params->tp);
     }
 
-    const ggml_vec_dot_t vec_dot1 = ta->vec_dot;
     // one output element: the dot with the row, plus the dot with its residual
     auto vec_dot = [&](int64_t k, float *s, const void *x, const void *y) {
-        vec_dot1(k, s, x, y);
-        if (p.resid) {
-            float r;
-            vec_dot1(k, &r, x, (const char *)y + p.vrow);
-            *s += r;
-        }
+        ggml_vec_dot_resid(ta->vec_dot, k, s, x, y, p.vrow, p.resid);
     };
     auto arow = [&](int64_t i, int64_t i2, int64_t i3) {
         return (const char *)a->data + i * a->nb[1] + (i2 / r2) * a->nb[2] + (i3 / r3) * a->nb[3];

@@ -97,6 +97,25 @@ const ggml_axpy_kernels &axpy_kernels() {
     return strcmp(ggml_cpu_backend_name(), "scalar") == 0 ? table.ref : table.best;
 }
 
+// The axpy kernel for rows of a weight type: fused decode-and-add on the raw
+// rows (*direct) for one token and the types that have one, else the f32
+// kernel on rows decoded with to_float first.
+ggml_axpy_t pick_axpy(ggml_type type, int64_t T, bool *direct) {
+    const ggml_axpy_kernels &k = axpy_kernels();
+    *direct = true;
+    if (type == GGML_TYPE_F32) return k.f32;
+    if (T == 1) {
+        switch (type) {
+            case GGML_TYPE_F16: return k.f16;
+            case GGML_TYPE_Q8_0: return k.q8_0;
+            case GGML_TYPE_Q4_0: return k.q4_0;
+            default: break;
+        }
+    }
+    *direct = false;
+    return k.f32;
+}
+
 // The list the sparse ops consume: the last column of idx (the union for a batch).
 struct active_list {
     const int32_t *ids;
@@ -295,14 +314,7 @@ void row_dots(const rows_plan &p, const ggml_type_traits *tw, int64_t K, const c
         for (int64_t t0 = 0; t0 < T; t0 += 8) p.q8x_dot(K, wrow, xrow(t0), p.xstride, o(t0), out_stride, (int)std::min<int64_t>(8, T - t0));
         return;
     }
-    for (int64_t t = 0; t < T; t++) {
-        tw->vec_dot(K, o(t), wrow, xrow(t));
-        if (p.high) {  // the dot with the converted residual
-            float r;
-            tw->vec_dot(K, &r, wrow, (const char *)xrow(t) + p.vrow);
-            *o(t) += r;
-        }
-    }
+    for (int64_t t = 0; t < T; t++) ggml_vec_dot_resid(tw->vec_dot, K, o(t), wrow, xrow(t), p.vrow, p.high);
 }
 
 }  // namespace
@@ -453,16 +465,9 @@ void dense_down(const ggml_compute_params *params, const ggml_tensor *wd, int64_
     const size_t woff = (size_t)(begin / td->blck_size) * td->type_size;
     for (int64_t j = j0; j < j1; j++) {
         const char *row = (const char *)wd->data + j * wd->nb[1] + woff;
-        for (int64_t t = 0; t < T; t++) {
-            float *s = (float *)(y + t * y_stride) + j;
-            const char *ht = conv + (size_t)t * p.hstride;
-            td->vec_dot(p.len, s, row, ht);
-            if (p.high) {
-                float r;
-                td->vec_dot(p.len, &r, row, ht + p.vrow);
-                *s += r;
-            }
-        }
+        for (int64_t t = 0; t < T; t++)
+            ggml_vec_dot_resid(td->vec_dot, p.len, (float *)(y + t * y_stride) + j, row, conv + (size_t)t * p.hstride, p.vrow,
+                               p.high);
     }
 }
 
@@ -501,22 +506,12 @@ extern "C" void ggml_compute_forward_sparse_down(const ggml_compute_params *para
     auto hval = [&](int64_t i, int64_t t) { return ((const float *)((const char *)h->data + t * h->nb[1]))[i]; };
     for (int64_t t = 0; t < T; t++) memset(yrow(t), 0, sizeof(float) * (size_t)len);
 
-    const ggml_axpy_kernels &k = axpy_kernels();
     const size_t bstride = align_up(sizeof(float) * (size_t)d) / sizeof(float);
     float *buf = (float *)((char *)params->wdata + (size_t)ith * GGML_AXPY_MAX_ROWS * bstride * sizeof(float));
-    const ggml_type type = wt->type;
     // Rows are applied GGML_AXPY_MAX_ROWS at a time (fewer stores of y); the
     // grouping only depends on the list, and grouped rows give the same bits.
-    ggml_axpy_t kern = k.f32;  // on decoded or F32 rows
-    bool direct = type == GGML_TYPE_F32;
-    if (T == 1) {
-        switch (type) {
-            case GGML_TYPE_F16: kern = k.f16, direct = true; break;
-            case GGML_TYPE_Q8_0: kern = k.q8_0, direct = true; break;
-            case GGML_TYPE_Q4_0: kern = k.q4_0, direct = true; break;
-            default: break;
-        }
-    }
+    bool direct;
+    const ggml_axpy_t kern = pick_axpy(wt->type, T, &direct);
     const size_t sbytes = (size_t)(len / tw->blck_size) * tw->type_size;  // this thread's slice of a row
     auto slice_of = [&](int64_t a) { return (const char *)wt->data + (int64_t)l.ids[a] * wt->nb[1] + woff; };
     const int64_t ahead = prefetch_rows(sbytes);
@@ -635,17 +630,8 @@ extern "C" void ggml_compute_forward_sparse_ffn(const ggml_compute_params *param
     };
     auto activate = [&](float g) { return act == GGML_OP_SWIGLU ? op_silu(g) : act == GGML_OP_GEGLU ? op_gelu(g) : op_relu(g); };
 
-    const ggml_axpy_kernels &k = axpy_kernels();
-    ggml_axpy_t kern = k.f32;  // on decoded or F32 rows
-    bool direct = w->type == GGML_TYPE_F32;
-    if (T == 1) {
-        switch (w->type) {
-            case GGML_TYPE_F16: kern = k.f16, direct = true; break;
-            case GGML_TYPE_Q8_0: kern = k.q8_0, direct = true; break;
-            case GGML_TYPE_Q4_0: kern = k.q4_0, direct = true; break;
-            default: break;
-        }
-    }
+    bool direct;
+    const ggml_axpy_t kern = pick_axpy(w->type, T, &direct);
     const size_t rbytes = ggml_row_size(w->type, d);
     // The gate and up rows of active entry a: adjacent in the bundle, or (dense
     // fallback) in the plain matrices, which a dense-ish list streams in order.

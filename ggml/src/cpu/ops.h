@@ -47,8 +47,17 @@ static inline size_t ggml_row_offset(const struct ggml_tensor *shape, const stru
 // scratch: k floats (only read with high). act-convert.cpp.
 void ggml_convert_act(const float *x, void *out, int64_t k, ggml_from_float_t from_float, ggml_to_float_t to_float,
                       size_t vrow, bool high, float *scratch);
-// to_float of the q8x activation layout (vec-dot-simd.h).
-void ggml_q8x_to_float(const void *x, float *y, int64_t k);
+// *s = dot(x, y), plus with resid the dot with the converted residual that
+// ggml_convert_act stored at y + vrow.
+static inline void ggml_vec_dot_resid(ggml_vec_dot_t dot, int64_t k, float *s, const void *x, const void *y, size_t vrow,
+                                      bool resid) {
+    dot(k, s, x, y);
+    if (resid) {
+        float r;
+        dot(k, &r, x, (const char *)y + vrow);
+        *s += r;
+    }
+}
 // The precision a weight-product node asks for (ggml_set_prec).
 static inline bool ggml_prec_high(const struct ggml_tensor *node) {
     return node->op_params[GGML_MAX_OP_PARAMS - 1] == GGML_PREC_HIGH;
