@@ -70,7 +70,7 @@ static ggml_tensor *falcon_graph(ggml_context *ctx, ggml_cgraph *gf, const model
     const int64_t Q = (int64_t)hp.head_dim * hp.n_head, KV = hp.n_embd_gqa();
     ggml_tensor *x = ggml_get_rows(ctx, m.tok_embd, in.tokens);  // [n_embd, n]
     for (uint32_t il = 0; il < hp.n_layer; il++) {
-        const layer_weights &l = m.layers[il];
+        const layer_weights &l = build_layer_begin(ctx, in, m, (int)il, &x);
         ggml_tensor *cur = build_norm(ctx, x, l.attn_norm, l.attn_norm_b, hp.norm_eps, false);
         ggml_tensor *mlp_in = l.ffn_norm ? build_norm(ctx, x, l.ffn_norm, l.ffn_norm_b, hp.norm_eps, false) : cur;
         ggml_tensor *q, *k, *v;
@@ -85,9 +85,9 @@ static ggml_tensor *falcon_graph(ggml_context *ctx, ggml_cgraph *gf, const model
             k = ggml_mul_mat(ctx, l.wk, cur);
             v = ggml_mul_mat(ctx, l.wv, cur);
         }
-        q = ggml_rope(ctx, ggml_reshape_3d(ctx, q, hp.head_dim, hp.n_head, n), in.pos, hp.n_rot, hp.rope_mode,
+        q = ggml_rope(ctx, ggml_reshape_3d(ctx, q, hp.head_dim, hp.n_head, n), graph_pos(ctx, in), hp.n_rot, hp.rope_mode,
                       hp.rope_freq_base, hp.rope_freq_scale);
-        k = ggml_rope(ctx, ggml_reshape_3d(ctx, k, hp.head_dim, hp.n_head_kv, n), in.pos, hp.n_rot, hp.rope_mode,
+        k = ggml_rope(ctx, ggml_reshape_3d(ctx, k, hp.head_dim, hp.n_head_kv, n), graph_pos(ctx, in), hp.n_rot, hp.rope_mode,
                       hp.rope_freq_base, hp.rope_freq_scale);
         cur = build_attention(ctx, gf, hp, kv, in, (int)il, q, k, v);
         if (il == hp.n_layer - 1) {  // only the rows whose logits are wanted go on
@@ -95,9 +95,10 @@ static ggml_tensor *falcon_graph(ggml_context *ctx, ggml_cgraph *gf, const model
             mlp_in = build_select_outputs(ctx, mlp_in, in.n_outputs);
             x = build_select_outputs(ctx, x, in.n_outputs);
         }
-        ggml_tensor *ffn = build_ffn(ctx, in, m, (int)il, mlp_in);
+        ggml_tensor *ffn = build_ffn(ctx, gf, in, m, (int)il, mlp_in);
         x = ggml_add(ctx, x, ggml_add(ctx, ggml_mul_mat(ctx, l.wo, cur), ffn));
     }
+    x = build_layers_end(ctx, in, x);
     x = build_norm(ctx, x, m.output_norm, m.output_norm_b, hp.norm_eps, false);
     return ggml_mul_mat(ctx, m.output, x);
 }

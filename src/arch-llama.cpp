@@ -69,13 +69,13 @@ ggml_tensor *llama_like_graph(ggml_context *ctx, ggml_cgraph *gf, const model &m
     const int n = in.n_tokens;
     ggml_tensor *x = ggml_get_rows(ctx, m.tok_embd, in.tokens);  // [n_embd, n]
     for (uint32_t il = 0; il < hp.n_layer; il++) {
-        const layer_weights &l = m.layers[il];
+        const layer_weights &l = build_layer_begin(ctx, in, m, (int)il, &x);
         ggml_tensor *cur = build_norm(ctx, x, l.attn_norm, nullptr, hp.norm_eps, true);
         ggml_tensor *q = ggml_reshape_3d(ctx, build_linear(ctx, l.wq, l.bq, cur), hp.head_dim, hp.n_head, n);
         ggml_tensor *k = ggml_reshape_3d(ctx, build_linear(ctx, l.wk, l.bk, cur), hp.head_dim, hp.n_head_kv, n);
         ggml_tensor *v = build_linear(ctx, l.wv, l.bv, cur);
-        q = ggml_rope(ctx, q, in.pos, hp.n_rot, hp.rope_mode, hp.rope_freq_base, hp.rope_freq_scale);
-        k = ggml_rope(ctx, k, in.pos, hp.n_rot, hp.rope_mode, hp.rope_freq_base, hp.rope_freq_scale);
+        q = ggml_rope(ctx, q, graph_pos(ctx, in), hp.n_rot, hp.rope_mode, hp.rope_freq_base, hp.rope_freq_scale);
+        k = ggml_rope(ctx, k, graph_pos(ctx, in), hp.n_rot, hp.rope_mode, hp.rope_freq_base, hp.rope_freq_scale);
         cur = build_attention(ctx, gf, hp, kv, in, (int)il, q, k, v);
         if (il == hp.n_layer - 1) {  // only the rows whose logits are wanted go on
             cur = build_select_outputs(ctx, cur, in.n_outputs);
@@ -83,8 +83,9 @@ ggml_tensor *llama_like_graph(ggml_context *ctx, ggml_cgraph *gf, const model &m
         }
         x = ggml_add(ctx, x, ggml_mul_mat(ctx, l.wo, cur));
         cur = build_norm(ctx, x, l.ffn_norm, nullptr, hp.norm_eps, true);
-        x = ggml_add(ctx, x, build_ffn(ctx, in, m, (int)il, cur));
+        x = ggml_add(ctx, x, build_ffn(ctx, gf, in, m, (int)il, cur));
     }
+    x = build_layers_end(ctx, in, x);
     x = build_norm(ctx, x, m.output_norm, nullptr, hp.norm_eps, true);
     return ggml_mul_mat(ctx, m.output, x);
 }

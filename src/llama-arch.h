@@ -15,6 +15,7 @@ class model_loader;
 struct model;
 struct kv_cache;
 struct ffn_build;
+struct graph_device;
 
 // Inputs of one forward pass over a batch of n_tokens at positions
 // [pos0, pos0 + n_tokens), with n_kv = pos0 + n_tokens cached positions visible.
@@ -27,6 +28,9 @@ struct graph_inputs {
     int n_kv;
     int n_outputs;         // logits for the last n_outputs tokens
     ffn_build *ffn = nullptr;  // sparse FFN mode and probes (llama-sparse-ffn.h); nullptr: dense
+    const graph_device *dev = nullptr;  // the hybrid plan's device (llama-graph.h); nullptr: CPU only
+    // pos and kq_mask copied to the device, made by the first device layer that reads them
+    mutable ggml_tensor *pos_dev = nullptr, *kq_mask_dev = nullptr;
 };
 
 struct arch_impl {

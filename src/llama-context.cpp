@@ -1,5 +1,7 @@
 #include "llama-context.h"
 
+#include "ggml-backend-sim.h"
+
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -13,34 +15,95 @@ static uint32_t pick_n_ctx(const model &m, uint32_t n_ctx) {
     return m.hp.n_ctx_train ? std::min<uint32_t>(m.hp.n_ctx_train, 4096) : 4096;
 }
 
-context::context(const model &m, context_params p)
-    : model_(m), params_(p), kv_(m.hp, pick_n_ctx(m, p.n_ctx), p.type_kv) {
+static constexpr uint64_t SIM_DEFAULT_MEMORY = 24ull << 30;  // an RTX 4090's
+
+context::context(const model &m, context_params p) : model_(m), params_(p) {
+    const uint32_t n_ctx = pick_n_ctx(m, p.n_ctx);
     ffn_.mode = resolve_sparse_mode(m, p.sparse);  // throws naming what the file lacks
-    if (ffn_.mode != sparse_mode::OFF) {  // predictor mode reads gate and up by rows of the same neurons: bundled
-        const bool pred = ffn_.mode == sparse_mode::PREDICTOR;
+    const bool pred = ffn_.mode == sparse_mode::PREDICTOR;
+    if (ffn_.mode != sparse_mode::OFF)  // predictor mode reads gate and up by rows of the same neurons: bundled
         ffn_.bundles = m.prepare_sparse_weights(!pred, pred);
-    }
     ffn_.stats = p.sparse_stats || p.sparse_verify;
     ffn_.verify = p.sparse_verify;
     ffn_.observe = p.ffn_observe;
-    if (p.sparse_verify) kv_dense_ = std::make_unique<kv_cache>(m.hp, kv_.n_ctx, p.type_kv);
-    reset_sparse_stats();
     if (params_.n_batch == 0) params_.n_batch = 512;
     if (params_.n_threads <= 0) params_.n_threads = (int)std::max(1u, std::thread::hardware_concurrency());
-    tp_ = ggml_threadpool_new(params_.n_threads);
-    galloc_ = ggml_gallocr_new();
+
+    // The device and its layer plan, decided before anything is allocated for it.
+    if (p.device != "cpu" && p.device != "sim")
+        throw std::runtime_error("unknown device '" + p.device + "' (this build has: cpu, sim)");
+    if (p.device == "cpu" && p.n_gpu_layers > 0)
+        notice_ = "no device chosen (--device sim|cuda): the " + std::to_string(p.n_gpu_layers) +
+                  " layers asked for run on the CPU";
+    if (p.device == "sim" && p.n_gpu_layers != 0) {
+        if (ffn_.stats || ffn_.observe)
+            throw std::runtime_error("sparse statistics, verification and the activation observer run on the CPU only: "
+                                     "drop them or use --device cpu");
+        const uint64_t mem = p.sim_memory ? p.sim_memory : SIM_DEFAULT_MEMORY;
+        plan_request r;
+        r.n_gpu_layers = p.n_gpu_layers;
+        r.budget_bytes = p.vram_budget;
+        r.device_bytes = mem;
+        r.n_ctx = n_ctx;
+        r.n_batch = params_.n_batch;
+        r.type_kv = p.type_kv;
+        r.mode = ffn_.mode;
+        r.bundles = pred && !ffn_.bundles.empty();
+        plan_ = make_hybrid_plan(m, r);  // throws when the budget exceeds the device
+        notice_ = plan_.notice;
+        if (plan_.any()) {
+            ggml_backend_sim_params sp = ggml_backend_sim_default_params();
+            sp.memory_bytes = (size_t)std::min<uint64_t>(mem, plan_.budget_bytes);
+            sp.n_threads = std::max(1, p.sim_threads);
+            sp.copy_latency_us = p.sim_copy_latency_us;
+            sp.copy_ns_per_byte = p.sim_copy_ns_per_byte;
+            dev_ = ggml_backend_sim_init(sp);
+            if (!dev_) throw std::runtime_error(ggml_backend_last_error());
+        }
+    }
+    cpu_ = ggml_backend_cpu_init(params_.n_threads);
+    if (!cpu_) {
+        ggml_backend_free(dev_);
+        throw std::runtime_error(ggml_backend_last_error());
+    }
+    try {
+        std::vector<ggml_backend_buffer_type_t> kv_buft;
+        if (dev_) {
+            dw_ = std::make_unique<device_weights>(m, plan_, dev_, ffn_.bundles);
+            gdev_ = graph_device{dev_, &plan_, dw_.get()};
+            for (const layer_plan &lp : plan_.layers)
+                kv_buft.push_back(lp.on_device ? ggml_backend_get_default_buffer_type(dev_) : nullptr);
+        }
+        kv_ = std::make_unique<kv_cache>(m.hp, n_ctx, p.type_kv, kv_buft);
+        if (p.sparse_verify) kv_dense_ = std::make_unique<kv_cache>(m.hp, n_ctx, p.type_kv);
+        ggml_backend_t bes[2] = {dev_, cpu_};
+        sched_ = dev_ ? ggml_backend_sched_new(bes, 2) : ggml_backend_sched_new(&cpu_, 1);
+        if (!sched_) throw std::runtime_error(ggml_backend_last_error());
+    } catch (...) {
+        kv_.reset();
+        kv_dense_.reset();
+        dw_.reset();
+        ggml_backend_free(dev_);
+        ggml_backend_free(cpu_);
+        throw;
+    }
+    reset_sparse_stats();
     // headers for every node of the largest graph: generous per layer
-    const size_t max_nodes = 64 + (size_t)m.hp.n_layer * 96;
+    const size_t max_nodes = 64 + (size_t)m.hp.n_layer * 112;
     arena_.resize(ggml_graph_overhead() + max_nodes * ggml_tensor_overhead() + (1 << 16));
 }
 
 context::~context() {
-    ggml_gallocr_free(galloc_);
-    ggml_threadpool_free(tp_);
+    ggml_backend_sched_free(sched_);
+    kv_.reset();
+    kv_dense_.reset();
+    dw_.reset();
+    ggml_backend_free(dev_);
+    ggml_backend_free(cpu_);
 }
 
 void context::truncate(uint32_t n_keep) {
-    if (n_keep < kv_.n_past) kv_.n_past = n_keep;
+    if (n_keep < kv_->n_past) kv_->n_past = n_keep;
     if (kv_dense_ && n_keep < kv_dense_->n_past) kv_dense_->n_past = n_keep;
 }
 
@@ -58,9 +121,9 @@ float *context::logits(int i) {
 
 void context::decode(const int32_t *tokens, int n, bool all_logits) {
     if (n <= 0) throw std::runtime_error("decode: no tokens");
-    if ((uint64_t)kv_.n_past + n > kv_.n_ctx)
-        throw std::runtime_error("context is full: " + std::to_string(kv_.n_past) + " cached + " + std::to_string(n) +
-                                 " new tokens exceed n_ctx = " + std::to_string(kv_.n_ctx));
+    if ((uint64_t)kv_->n_past + n > kv_->n_ctx)
+        throw std::runtime_error("context is full: " + std::to_string(kv_->n_past) + " cached + " + std::to_string(n) +
+                                 " new tokens exceed n_ctx = " + std::to_string(kv_->n_ctx));
     const int32_t n_vocab = (int32_t)model_.hp.n_vocab;
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= n_vocab)
@@ -73,7 +136,7 @@ void context::decode(const int32_t *tokens, int n, bool all_logits) {
         const bool last = done + nb == n;
         const int n_out = all_logits ? nb : (last ? 1 : 0);
         float *out = all_logits ? logits_.data() + (size_t)done * n_vocab : logits_.data();
-        decode_batch(tokens + done, nb, n_out, out, kv_, &ffn_);
+        decode_batch(tokens + done, nb, n_out, out, *kv_, &ffn_);
         if (kv_dense_) {  // verify: the same batch through the dense graph, compared row by row
             logits_dense_.resize((size_t)std::max(n_out, 1) * n_vocab);
             decode_batch(tokens + done, nb, n_out, logits_dense_.data(), *kv_dense_, nullptr);
@@ -112,8 +175,9 @@ void context::decode_batch(const int32_t *tokens, int n, int n_outputs, float *o
     for (ggml_tensor *t : {in.tokens, in.pos, in.kq_mask}) ggml_set_input(t);
     if (fb) fb->probes.assign(model_.hp.n_layer, ffn_probe());
     in.ffn = fb;
+    in.dev = dev_ && &kv == kv_.get() ? &gdev_ : nullptr;  // the dense twin of --sparse-verify stays on the CPU
 
-    ggml_cgraph *gf = ggml_new_graph_custom(ctx, 64 + (size_t)model_.hp.n_layer * 80);
+    ggml_cgraph *gf = ggml_new_graph_custom(ctx, 64 + (size_t)model_.hp.n_layer * 96);
     ggml_tensor *logits = model_.arch->build_graph(ctx, gf, model_, kv, in);
     ggml_set_output(logits);
     ggml_build_forward_expand(gf, logits);
@@ -127,26 +191,44 @@ void context::decode_batch(const int32_t *tokens, int n, int n_outputs, float *o
             if (t->op == GGML_OP_MUL_MAT || t->op == GGML_OP_MUL_MAT_SPARSE_ROWS || t->op == GGML_OP_SPARSE_DOWN)
                 ggml_set_prec(t, GGML_PREC_HIGH);
         }
-    if (!ggml_gallocr_alloc_graph(galloc_, gf)) {
+    if (!ggml_backend_sched_alloc_graph(sched_, gf)) {
         ggml_free(ctx);
-        throw std::runtime_error("out of memory planning the compute buffer");
+        throw std::runtime_error(std::string("out of memory planning the compute buffer: ") + ggml_backend_last_error());
     }
-    memcpy(in.tokens->data, tokens, sizeof(int32_t) * n);
-    int32_t *pos = (int32_t *)in.pos->data;
-    for (int i = 0; i < n; i++) pos[i] = in.pos0 + i;
-    float *mask = (float *)in.kq_mask->data;
+    // inputs through the buffer API: the same code whatever memory they are in
+    ggml_backend_tensor_set(in.tokens, tokens, 0, sizeof(int32_t) * n);
+    pos_buf_.resize((size_t)n);
+    for (int i = 0; i < n; i++) pos_buf_[(size_t)i] = in.pos0 + i;
+    ggml_backend_tensor_set(in.pos, pos_buf_.data(), 0, sizeof(int32_t) * n);
+    mask_buf_.resize((size_t)n * in.n_kv);
     for (int i = 0; i < n; i++)
-        for (int j = 0; j < in.n_kv; j++) mask[(size_t)i * in.n_kv + j] = j <= in.pos0 + i ? 0.0f : -INFINITY;
+        for (int j = 0; j < in.n_kv; j++) mask_buf_[(size_t)i * in.n_kv + j] = j <= in.pos0 + i ? 0.0f : -INFINITY;
+    ggml_backend_tensor_set(in.kq_mask, mask_buf_.data(), 0, sizeof(float) * mask_buf_.size());
 
-    const int rc = ggml_graph_compute(gf, tp_);
+    ggml_backend_sim_counters c0{}, c1{};
+    if (in.dev) ggml_backend_sim_get_counters(dev_, &c0);
+    const int rc = ggml_backend_sched_graph_compute(sched_, gf);
     if (rc != 0) {
         ggml_free(ctx);
-        throw std::runtime_error("graph compute failed (code " + std::to_string(rc) + ")");
+        throw std::runtime_error(std::string("graph compute failed: ") + ggml_backend_last_error());
+    }
+    if (in.dev) {
+        ggml_backend_sim_get_counters(dev_, &c1);
+        ggml_backend_sched_stats st;
+        ggml_backend_sched_get_stats(sched_, &st);
+        transfer_stats &x = xfer_[n == 1 ? 1 : 0];
+        x.n_tokens += n;
+        x.n_graphs++;
+        x.bytes_h2d += c1.bytes_h2d - c0.bytes_h2d;
+        x.bytes_d2h += c1.bytes_d2h - c0.bytes_d2h;
+        x.n_copies += c1.n_copies - c0.n_copies;
+        x.n_syncs += c1.n_synchronize - c0.n_synchronize;
+        x.n_waits += (uint64_t)st.n_event_waits;
     }
     kv.n_past += n;
     if (fb && fb->stats) accumulate_ffn_stats(model_, *fb, stats_);
     if (fb && fb->observe) accumulate_ffn_observer(model_, *fb, observer_);
-    if (n_outputs > 0) memcpy(out, logits->data, sizeof(float) * (size_t)n_outputs * model_.hp.n_vocab);
+    if (n_outputs > 0) ggml_backend_tensor_get(logits, out, 0, sizeof(float) * (size_t)n_outputs * model_.hp.n_vocab);
     ggml_free(ctx);
 }
 

@@ -5,9 +5,13 @@
 #include <memory>
 #include <vector>
 
+#include "ggml-backend.h"
 #include "ggml.h"
+#include "llama-device-weights.h"
+#include "llama-graph.h"
 #include "llama-kv-cache.h"
 #include "llama-model.h"
+#include "llama-placement.h"
 #include "llama-sparse-ffn.h"
 
 namespace pinfer {
@@ -22,6 +26,22 @@ struct context_params {
     bool sparse_stats = false;   // per-layer active fractions and FLOPs
     bool sparse_verify = false;  // + predictor recall, and a dense twin for the logit difference
     bool ffn_observe = false;    // |act(gate)| histograms and per-neuron activity counts
+    // The hybrid engine (shared/HYBRID.md): a device for the hot part of the model.
+    std::string device = "cpu";  // "cpu" or "sim" (a simulated device: ggml-backend-sim.h)
+    int n_gpu_layers = -1;       // layers on the device, in order (-1: as many as the budget holds)
+    uint64_t vram_budget = 0;    // bytes of device memory the plan may use (0: all of it)
+    uint64_t sim_memory = 0;     // sim: the simulated card's memory (0: 24 GiB)
+    int sim_threads = 1;         // sim: its kernel threads
+    double sim_copy_latency_us = 0, sim_copy_ns_per_byte = 0;  // sim: cost charged per copy
+};
+
+// What moved between the host and the device (decode calls with a device plan).
+struct transfer_stats {
+    int64_t n_tokens = 0;     // tokens decoded
+    int64_t n_graphs = 0;     // decode graphs run (one per token when decoding)
+    uint64_t bytes_h2d = 0, bytes_d2h = 0, n_copies = 0;
+    uint64_t n_waits = 0;     // cross-backend event waits
+    uint64_t n_syncs = 0;     // waits for the whole device queue
 };
 
 // What --sparse-verify measures against the dense model (same tokens, own KV cache).
@@ -49,8 +69,8 @@ public:
     float *logits(int i);  // i < 0: from the end; nullptr if not kept
     int n_logits() const { return n_logits_; }
 
-    uint32_t n_ctx() const { return kv_.n_ctx; }
-    uint32_t n_past() const { return kv_.n_past; }
+    uint32_t n_ctx() const { return kv_->n_ctx; }
+    uint32_t n_past() const { return kv_->n_past; }
     void truncate(uint32_t n_keep);
     const model &mdl() const { return model_; }
     timings tm;
@@ -62,15 +82,31 @@ public:
     const act_observer &observer() const { return observer_; }
     void reset_sparse_stats();
 
+    // The device plan (empty when everything runs on the CPU), what the plan
+    // could not do as asked (a notice for the user, "" if none), and traffic.
+    const hybrid_plan &plan() const { return plan_; }
+    const char *device_name() const { return dev_ ? ggml_backend_name(dev_) : "CPU"; }
+    const std::string &notice() const { return notice_; }
+    // [0]: prompt batches (more than one token), [1]: single-token decodes
+    const transfer_stats &transfers(bool decode) const { return xfer_[decode ? 1 : 0]; }
+    void reset_transfers() { xfer_[0] = xfer_[1] = transfer_stats(); }
+
 private:
     void decode_batch(const int32_t *tokens, int n, int n_outputs, float *out, kv_cache &kv, ffn_build *fb);
 
     const model &model_;
     context_params params_;
-    kv_cache kv_;
-    ggml_threadpool *tp_ = nullptr;
-    ggml_gallocr *galloc_ = nullptr;
+    std::string notice_;
+    hybrid_plan plan_;
+    ggml_backend_t cpu_ = nullptr, dev_ = nullptr;
+    std::unique_ptr<device_weights> dw_;
+    graph_device gdev_{};
+    std::unique_ptr<kv_cache> kv_;
+    ggml_backend_sched *sched_ = nullptr;
     std::vector<uint8_t> arena_;   // graph + tensor headers, reused every batch
+    std::vector<int32_t> pos_buf_;
+    std::vector<float> mask_buf_;
+    transfer_stats xfer_[2];
     std::vector<float> logits_;
     int n_logits_ = 0;
 

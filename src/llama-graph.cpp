@@ -2,7 +2,11 @@
 
 #include <cmath>
 
+#include "ggml-backend.h"
+#include "llama-device-weights.h"
 #include "llama-kv-cache.h"
+#include "llama-model.h"
+#include "llama-placement.h"
 #include "llama-sparse-ffn.h"
 
 namespace pinfer {
@@ -29,15 +33,54 @@ ggml_tensor *build_attention(ggml_context *ctx, ggml_cgraph *gf, const hparams &
     ggml_tensor *V = kv.view_v(ctx, il, in.n_kv, hd, (int)hp.n_head_kv);  // [n_kv, hd, n_head_kv]
     ggml_tensor *Q = ggml_permute(ctx, q, 0, 2, 1, 3);                    // [hd, n, n_head]
     ggml_tensor *kq = ggml_mul_mat(ctx, K, Q);                            // [n_kv, n, n_head]
-    kq = ggml_soft_max_ext(ctx, kq, in.kq_mask, 1.0f / sqrtf((float)hd));
+    kq = ggml_soft_max_ext(ctx, kq, graph_kq_mask(ctx, in), 1.0f / sqrtf((float)hd));
     ggml_tensor *kqv = ggml_mul_mat(ctx, V, kq);                          // [hd, n, n_head]
     kqv = ggml_permute(ctx, kqv, 0, 2, 1, 3);                             // [hd, n_head, n]
     return ggml_reshape_2d(ctx, ggml_cont(ctx, kqv), hd * hp.n_head, n);
 }
 
-ggml_tensor *build_ffn(ggml_context *ctx, const graph_inputs &in, const model &m, int il, ggml_tensor *x) {
-    return build_sparse_ffn(ctx, in.ffn, m, il, x);
+static bool on_device(const graph_inputs &in, int il) { return in.dev && in.dev->plan->layers[(size_t)il].on_device; }
+
+ggml_tensor *build_ffn(ggml_context *ctx, ggml_cgraph *gf, const graph_inputs &in, const model &m, int il, ggml_tensor *x) {
+    if (!on_device(in, il)) return build_sparse_ffn(ctx, gf, in.ffn, m, il, x, nullptr);
+    ffn_device dev{&in.dev->w->layer((uint32_t)il), in.dev->w->bundle((uint32_t)il), in.dev->plan->layers[(size_t)il].k};
+    return build_sparse_ffn(ctx, gf, in.ffn, m, il, x, &dev);
 }
+
+// Moves x to the side of backend `to` (nullptr: the CPU). A copy is made by
+// the device in both directions.
+static ggml_tensor *move_to(ggml_context *ctx, const graph_inputs &in, ggml_tensor *x, ggml_backend *to) {
+    ggml_backend *from = x->backend && !ggml_backend_is_cpu(x->backend) ? x->backend : nullptr;
+    if (from == to) {
+        ggml_set_backend(ctx, to);
+        return x;
+    }
+    ggml_set_backend(ctx, in.dev->be);
+    x = ggml_transfer(ctx, x, to == nullptr);
+    ggml_set_backend(ctx, to);
+    return x;
+}
+
+const layer_weights &build_layer_begin(ggml_context *ctx, const graph_inputs &in, const model &m, int il, ggml_tensor **x) {
+    if (!in.dev) return m.layers[(size_t)il];
+    const bool dev = on_device(in, il);
+    *x = move_to(ctx, in, *x, dev ? in.dev->be : nullptr);
+    return dev ? in.dev->w->layer((uint32_t)il) : m.layers[(size_t)il];
+}
+
+ggml_tensor *build_layers_end(ggml_context *ctx, const graph_inputs &in, ggml_tensor *x) {
+    return in.dev ? move_to(ctx, in, x, nullptr) : x;
+}
+
+static ggml_tensor *input_here(ggml_context *ctx, ggml_tensor *host, ggml_tensor **dev) {
+    ggml_backend *be = ggml_get_backend(ctx);
+    if (!be || ggml_backend_is_cpu(be)) return host;
+    if (!*dev) *dev = ggml_transfer(ctx, host, false);
+    return *dev;
+}
+
+ggml_tensor *graph_pos(ggml_context *ctx, const graph_inputs &in) { return input_here(ctx, in.pos, &in.pos_dev); }
+ggml_tensor *graph_kq_mask(ggml_context *ctx, const graph_inputs &in) { return input_here(ctx, in.kq_mask, &in.kq_mask_dev); }
 
 ggml_tensor *build_select_outputs(ggml_context *ctx, ggml_tensor *x, int n_outputs) {
     if (n_outputs == x->ne[1]) return x;

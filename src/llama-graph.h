@@ -7,6 +7,27 @@
 
 namespace pinfer {
 
+struct hybrid_plan;
+class device_weights;
+struct layer_weights;
+
+// The device a context's plan puts layers on (shared/HYBRID.md).
+struct graph_device {
+    struct ggml_backend *be;
+    const hybrid_plan *plan;
+    const device_weights *w;
+};
+
+// Starts layer il: the context builds for the backend that runs the layer
+// from here on, *x moves there if it lives on the other side, and the
+// returned weights are that side's copies. Every architecture's layer loop
+// begins with it; build_layers_end moves the hidden state back for the output.
+const layer_weights &build_layer_begin(ggml_context *ctx, const graph_inputs &in, const model &m, int il, ggml_tensor **x);
+ggml_tensor *build_layers_end(ggml_context *ctx, const graph_inputs &in, ggml_tensor *x);
+// in.pos / in.kq_mask on the side the context builds for.
+ggml_tensor *graph_pos(ggml_context *ctx, const graph_inputs &in);
+ggml_tensor *graph_kq_mask(ggml_context *ctx, const graph_inputs &in);
+
 // norm(x) * w (+ b): RMS norm when rms, else layer norm.
 ggml_tensor *build_norm(ggml_context *ctx, ggml_tensor *x, ggml_tensor *w, ggml_tensor *b, float eps, bool rms);
 
@@ -21,7 +42,7 @@ ggml_tensor *build_attention(ggml_context *ctx, ggml_cgraph *gf, const hparams &
 
 // The FFN of layer il on x [d, T]: down(act(gate x) * up x), or down(act(up x))
 // for layers without a gate; dense or neuron-sparse per in.ffn (llama-sparse-ffn.h).
-ggml_tensor *build_ffn(ggml_context *ctx, const graph_inputs &in, const model &m, int il, ggml_tensor *x);
+ggml_tensor *build_ffn(ggml_context *ctx, ggml_cgraph *gf, const graph_inputs &in, const model &m, int il, ggml_tensor *x);
 
 // Keep only the last n_outputs columns of x [n_embd, n_tokens].
 ggml_tensor *build_select_outputs(ggml_context *ctx, ggml_tensor *x, int n_outputs);

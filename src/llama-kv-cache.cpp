@@ -4,19 +4,55 @@
 
 namespace pinfer {
 
-kv_cache::kv_cache(const hparams &hp, uint32_t n_ctx_, ggml_type type_) : type(type_), n_ctx(n_ctx_) {
-    const size_t per_layer = 2 * ggml_row_size(type, (int64_t)hp.n_embd_gqa() * n_ctx);
-    ggml_init_params ip = {hp.n_layer * (2 * ggml_tensor_overhead() + per_layer + 2 * GGML_DEFAULT_ALIGN) + 4096,
-                           nullptr, false};
+kv_cache::kv_cache(const hparams &hp, uint32_t n_ctx_, ggml_type type_, const std::vector<ggml_backend_buffer_type_t> &layer_buft)
+    : type(type_), n_ctx(n_ctx_) {
+    ggml_init_params ip = {(size_t)hp.n_layer * 2 * ggml_tensor_overhead() + 4096, nullptr, true};
     ctx = ggml_init(ip);
-    if (!ctx) throw std::runtime_error("out of memory allocating the KV cache (" + std::to_string(ip.mem_size >> 20) + " MiB)");
+    if (!ctx) throw std::runtime_error("out of memory allocating the KV cache headers");
     for (uint32_t il = 0; il < hp.n_layer; il++) {
         k.push_back(ggml_new_tensor_2d(ctx, type, hp.n_embd_gqa(), n_ctx));
         v.push_back(ggml_new_tensor_2d(ctx, type, n_ctx, hp.n_embd_gqa()));
     }
+    auto buft_of = [&](uint32_t il) {
+        return il < layer_buft.size() && layer_buft[il] ? layer_buft[il] : ggml_backend_cpu_buffer_type();
+    };
+    const size_t align = GGML_DEFAULT_ALIGN;
+    auto pad = [&](size_t x) { return (x + align - 1) / align * align; };
+    std::vector<ggml_backend_buffer_type_t> done;
+    for (uint32_t il0 = 0; il0 < hp.n_layer; il0++) {
+        ggml_backend_buffer_type_t bt = buft_of(il0);
+        bool seen = false;
+        for (auto d : done) seen |= d == bt;
+        if (seen) continue;
+        done.push_back(bt);
+        size_t total = 0;
+        for (uint32_t il = 0; il < hp.n_layer; il++)
+            if (buft_of(il) == bt) total += pad(ggml_nbytes(k[il])) + pad(ggml_nbytes(v[il]));
+        ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(bt, total);
+        if (!buf) {
+            for (auto b : buffers) ggml_backend_buffer_free(b);
+            ggml_free(ctx);
+            throw std::runtime_error("out of memory allocating the KV cache (" + std::to_string(total >> 20) + " MiB): " +
+                                     ggml_backend_last_error());
+        }
+        buffers.push_back(buf);
+        size_t offs = 0;
+        for (uint32_t il = 0; il < hp.n_layer; il++) {
+            if (buft_of(il) != bt) continue;
+            for (ggml_tensor *t : {k[il], v[il]}) {
+                ggml_backend_tensor_alloc(buf, t, offs);
+                // CPU buffers start zeroed (and stay uncommitted until used)
+                if (!ggml_backend_buft_is_host(bt)) ggml_backend_tensor_memset(t, 0, 0, ggml_nbytes(t));
+                offs += pad(ggml_nbytes(t));
+            }
+        }
+    }
 }
 
-kv_cache::~kv_cache() { ggml_free(ctx); }
+kv_cache::~kv_cache() {
+    for (auto b : buffers) ggml_backend_buffer_free(b);
+    ggml_free(ctx);
+}
 
 void kv_cache::store(ggml_context *g, ggml_cgraph *gf, int il, ggml_tensor *k_cur, ggml_tensor *v_cur, int pos0) const {
     const int64_t n_embd_gqa = k[il]->ne[0];

@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "ggml-backend.h"
 #include "ggml.h"
 #include "llama-hparams.h"
 
@@ -16,8 +17,13 @@ struct kv_cache {
     uint32_t n_ctx = 0;
     uint32_t n_past = 0;  // positions [0, n_past) hold valid entries
     std::vector<ggml_tensor *> k, v;
+    std::vector<ggml_backend_buffer_t> buffers;  // one per buffer type the layers use
 
-    kv_cache(const hparams &hp, uint32_t n_ctx, ggml_type type);  // throws on out of memory
+    // layer_buft[il]: where layer il's K and V live (nullptr or empty: the CPU).
+    // Zero-filled, so attention over positions not yet written reads finite
+    // values. Throws naming the budget or the size on failure.
+    kv_cache(const hparams &hp, uint32_t n_ctx, ggml_type type,
+             const std::vector<ggml_backend_buffer_type_t> &layer_buft = {});
     ~kv_cache();
     kv_cache(const kv_cache &) = delete;
     kv_cache &operator=(const kv_cache &) = delete;

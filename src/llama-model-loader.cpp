@@ -1,5 +1,7 @@
 #include "llama-model-loader.h"
 
+#include "ggml-backend.h"
+
 #include <cstring>
 #include <stdexcept>
 
@@ -11,9 +13,14 @@ model_loader::model_loader(const std::string &path) : path_(path) {
     char buf[512] = {0};
     gguf_ = gguf_open(path.c_str(), buf, sizeof(buf));
     if (!gguf_) throw err(buf);  // gguf's message names the file
+    // the mapping, seen by the backend layer as one host buffer it never frees
+    weights_ = ggml_backend_cpu_buffer_from_ptr(const_cast<void *>(gguf_get_file_data(gguf_)), gguf_get_file_size(gguf_));
 }
 
-model_loader::~model_loader() { gguf_free(gguf_); }
+model_loader::~model_loader() {
+    ggml_backend_buffer_free(weights_);
+    gguf_free(gguf_);
+}
 
 int64_t model_loader::key_index(const std::string &key, bool required) const {
     int64_t i = gguf_find_key(gguf_, key.c_str());
@@ -181,6 +188,7 @@ ggml_tensor *model_loader::tensor(ggml_context *ctx, const std::string &name, st
     }
     ggml_tensor *t = ggml_new_tensor(ctx, (ggml_type)type, GGML_MAX_DIMS, have);
     t->data = const_cast<void *>(gguf_get_tensor_data(gguf_, i));
+    t->buffer = weights_;
     ggml_set_name(t, name.c_str());
     n_used_++;
     bytes_used_ += gguf_get_tensor_size(gguf_, i);

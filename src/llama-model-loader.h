@@ -21,6 +21,7 @@ public:
 
     const std::string &path() const { return path_; }
     gguf_context *gguf() const { return gguf_; }
+    ggml_backend_buffer *weights_buffer() const { return weights_; }  // the mapping, as a host buffer
 
     bool has_key(const std::string &key) const;
     // Integer metadata of any integer type; throws if missing (required) or not an integer.
@@ -60,6 +61,7 @@ private:
     std::unordered_map<std::string, override_tensor> overrides_;
     std::string path_;
     gguf_context *gguf_ = nullptr;
+    ggml_backend_buffer *weights_ = nullptr;
     size_t n_used_ = 0;
     uint64_t bytes_used_ = 0;
 };

@@ -69,10 +69,12 @@ std::vector<ffn_bundle> model::prepare_sparse_weights(bool separate_gate_up, boo
                 bd.rows = rows;
                 bd.w = ggml_new_tensor_2d(bundle_ctx_, l.ffn_gate->type, d, rows * n);
                 bd.w->data = dst;
+                bd.w->buffer = p->buffer();
                 ggml_tensor **views[3] = {&bd.gate, &bd.up, &bd.down_t};
                 for (int j = 0; j < rows; j++) {  // every rows-th row from row j: one of the three matrices
                     ggml_tensor *v = ggml_new_tensor_2d(bundle_ctx_, l.ffn_gate->type, d, n);
                     v->data = dst + j * row;
+                    v->buffer = p->buffer();
                     v->nb[1] = rows * row;
                     v->nb[2] = v->nb[3] = v->nb[1] * (size_t)n;
                     *views[j] = v;

@@ -1,5 +1,5 @@
-// The neuron-aware FFN: one builder for every architecture, selected per
-// context by a sparse mode (DESIGN.md "Neuron-aware operators").
+// The neuron-aware FFN: one builder per sparse mode (llama-ffn-*.cpp),
+// selected per context (DESIGN.md "Neuron-aware operators").
 //
 //   off        dense: down(act(gate x) * up x)
 //   exact      ReLU-family FFNs: gate (ungated: up) dense, then up and down only
@@ -60,9 +60,20 @@ struct ffn_build {
     std::vector<ffn_bundle> bundles;  // predictor mode: per-layer neuron bundles (model::prepare_sparse_weights)
 };
 
+// A device layer's share of its FFN: the device copies (w, bundle) of the
+// neurons [0, k) (k = n: the whole FFN; 0: none of it).
+struct ffn_device {
+    const layer_weights *w = nullptr;
+    const ffn_bundle *bundle = nullptr;
+    int64_t k = 0;
+};
+
 // The FFN of layer il on x [d, T] (post-norm hidden state). b may be nullptr
-// (dense, nothing recorded).
-ggml_tensor *build_sparse_ffn(ggml_context *ctx, ffn_build *b, const model &mdl, int il, ggml_tensor *x);
+// (dense, nothing recorded). dev: the layer runs on the device the context
+// builds for (x lives there); when its prefix is shorter than the FFN, the
+// CPU computes the rest at the same time (shared/HYBRID.md).
+ggml_tensor *build_sparse_ffn(ggml_context *ctx, ggml_cgraph *gf, ffn_build *b, const model &mdl, int il, ggml_tensor *x,
+                              const ffn_device *dev);
 
 // ---- statistics the context accumulates from the probes ----
 

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
-#include <queue>
 #include <stdexcept>
 
 #include "gguf.h"
@@ -170,59 +169,6 @@ void load_sparse_meta(model_loader &ml, model &m) {
         snprintf(thr, sizeof thr, "%g", s.threshold);
         m.desc += "; sparse: " + parts + (s.has_predictors ? std::string(", threshold ") + thr : "");
     }
-}
-
-uint64_t neuron_bytes(const model &m, uint32_t il) {
-    const layer_weights &l = m.layers[il];
-    uint64_t b = 0;
-    if (l.ffn_gate) b += ggml_nbytes(l.ffn_gate);
-    if (l.ffn_up) b += ggml_nbytes(l.ffn_up);
-    if (l.ffn_down_t) b += ggml_nbytes(l.ffn_down_t);
-    else if (l.ffn_down) b += ggml_nbytes(l.ffn_down);
-    const uint64_t n = m.hp.n_ff ? m.hp.n_ff : 1;
-    return std::max<uint64_t>(1, (b + n - 1) / n);
-}
-
-std::vector<int32_t> greedy_placement(const model &m, uint64_t budget_bytes) {
-    const uint32_t L = m.hp.n_layer, n = m.hp.n_ff;
-    std::vector<int32_t> k(L, 0);
-    std::vector<uint64_t> cost(L);
-    auto freq = [&](uint32_t il, uint32_t i) -> double {
-        const ggml_tensor *f = m.layers[il].ffn_freq;
-        return f ? (double)((const float *)f->data)[i] : 1.0;
-    };
-    using item = std::pair<double, uint32_t>;  // (frequency per byte of the next neuron, layer)
-    std::priority_queue<item> q;
-    for (uint32_t il = 0; il < L; il++) {
-        cost[il] = neuron_bytes(m, il);
-        if (n) q.push({freq(il, 0) / (double)cost[il], il});
-    }
-    uint64_t left = budget_bytes;
-    while (!q.empty()) {
-        const uint32_t il = q.top().second;
-        q.pop();
-        if (cost[il] > left) continue;  // every neuron of this layer costs the same: the layer is done
-        left -= cost[il];
-        if ((uint32_t)++k[il] < n) q.push({freq(il, (uint32_t)k[il]) / (double)cost[il], il});
-    }
-    return k;
-}
-
-placement_kind select_placement(const model &m, uint64_t budget_bytes, std::vector<int32_t> &k) {
-    const placement *below = nullptr;
-    for (const placement &p : m.sparse.placements) {
-        if (p.budget_bytes == budget_bytes) {
-            k = p.k;
-            return PLACEMENT_EXACT;
-        }
-        if (p.budget_bytes < budget_bytes && (!below || p.budget_bytes > below->budget_bytes)) below = &p;
-    }
-    if (below) {
-        k = below->k;
-        return PLACEMENT_BELOW;
-    }
-    k = greedy_placement(m, budget_bytes);
-    return PLACEMENT_GREEDY;
 }
 
 void load_gpuidx(model &m, const std::string &path) {

@@ -25,21 +25,6 @@ void prepare_sparse_tensors(model_loader &ml, const hparams &hp);
 // m.sparse, appends a summary to m.desc. Throws naming the tensor/key.
 void load_sparse_meta(model_loader &ml, model &m);
 
-// The placement for a VRAM budget: the entry whose budget equals it
-// (PLACEMENT_EXACT), else the largest entry below it (PLACEMENT_BELOW), else a
-// greedy split from ffn_freq (PLACEMENT_GREEDY). k gets one prefix length per layer.
-enum placement_kind { PLACEMENT_EXACT = 0, PLACEMENT_BELOW = 1, PLACEMENT_GREEDY = 2 };
-placement_kind select_placement(const model &m, uint64_t budget_bytes, std::vector<int32_t> &k);
-
-// Greedy split: repeatedly gives the GPU the next neuron (in file order) of the
-// layer with the highest frequency per byte, while it fits. Without ffn_freq
-// every neuron counts the same.
-std::vector<int32_t> greedy_placement(const model &m, uint64_t budget_bytes);
-
-// Bytes one neuron of layer il occupies on the GPU (its gate and up rows and
-// its down column / ffn_down_t row).
-uint64_t neuron_bytes(const model &m, uint32_t il);
-
 // Reads a PowerInfer .gpuidx file (blk.N.gpu_idx, blk.N.gpu_bucket) into
 // m.sparse.gpu_neurons; when every layer's set is a prefix [0, k) it is also
 // added as a placement entry (solver "powerinfer-gpuidx"). Throws naming the problem.

@@ -1,5 +1,7 @@
 #include "llama-weight-pages.h"
 
+#include "ggml-backend.h"
+
 #include <sys/mman.h>
 
 #include <cerrno>
@@ -10,29 +12,20 @@
 
 namespace pinfer {
 
-static constexpr size_t HUGE_PAGE = 2u << 20;
 static constexpr size_t ALIGN = 64;
 
-weight_pages::~weight_pages() {
-    if (base_) munmap(base_, size_);
-}
+weight_pages::~weight_pages() { ggml_backend_buffer_free(buf_); }
 
 char *weight_pages::reserve(size_t total) {
-    if (base_) throw std::logic_error("weight_pages: reserve() called twice");
-    // One extra huge page so the start can be aligned to 2 MiB: the kernel
-    // only maps a huge page over an aligned 2 MiB range.
-    const size_t size = (total + 2 * HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
-    void *map = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (map == MAP_FAILED)
-        throw std::runtime_error("out of memory: cannot map " + std::to_string(size >> 20) + " MiB for the sparse FFN weights (" +
-                                 strerror(errno) + ")");
-    base_ = map;
-    size_ = size;
-    char *p = (char *)(((uintptr_t)map + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE);
-#ifdef MADV_HUGEPAGE
-    madvise(p, total, MADV_HUGEPAGE);  // advice only: failure leaves 4 KiB pages
-#endif
-    return p;
+    if (buf_) throw std::logic_error("weight_pages: reserve() called twice");
+    buf_ = ggml_backend_buft_alloc_buffer(ggml_backend_cpu_hugepage_buffer_type(), total);
+    if (!buf_)
+        throw std::runtime_error("out of memory: cannot map " + std::to_string(total >> 20) + " MiB for the sparse FFN weights (" +
+                                 ggml_backend_last_error() + ")");
+    ggml_backend_buffer_set_usage(buf_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    base_ = ggml_backend_buffer_base(buf_);
+    size_ = ggml_backend_buffer_size(buf_);
+    return (char *)base_;
 }
 
 void weight_pages::seal() {
@@ -48,6 +41,7 @@ void weight_pages::adopt(const std::vector<ggml_tensor *> &tensors) {
         const size_t n = ggml_nbytes(t);
         memcpy(p, t->data, n);
         t->data = p;
+        t->buffer = buf_;
         p += (n + ALIGN - 1) / ALIGN * ALIGN;
     }
     seal();

@@ -1,4 +1,5 @@
-// Weights moved out of the file mapping into memory backed by 2 MiB pages.
+// Weights moved out of the file mapping into memory backed by 2 MiB pages
+// (a buffer of the CPU's hugepage buffer type, ggml-backend.h).
 //
 // The sparse FFN operators read a few scattered rows per token; with the 4 KiB
 // pages of a file mapping nearly every row is a TLB miss and a page walk,
@@ -29,7 +30,9 @@ public:
     // reading identical data).
     void adopt(const std::vector<ggml_tensor *> &tensors);
     // Or by hand: reserve() maps `bytes` (once) and returns the 2 MiB-aligned
-    // start; fill it, then seal() makes it read-only.
+    // start; fill it, then seal() makes it read-only. buffer(): what tensors
+    // placed there name as their buffer.
+    ggml_backend_buffer *buffer() const { return buf_; }
     char *reserve(size_t bytes);
     void seal();
     size_t bytes() const { return size_; }
@@ -38,6 +41,7 @@ public:
     size_t huge_bytes() const;
 
 private:
+    ggml_backend_buffer *buf_ = nullptr;
     void *base_ = nullptr;
     size_t size_ = 0;
 };

@@ -15,6 +15,7 @@
 #include "llama-sampling.h"
 #include "llama-sparse-ffn.h"
 #include "llama-sparse-meta.h"
+#include "llama-placement.h"
 #include "llama-vocab.h"
 #include "pinfer.h"
 
@@ -23,6 +24,7 @@ struct pinfer_model {
 };
 struct pinfer_context {
     std::unique_ptr<pinfer::context> c;
+    std::string plan_text;
 };
 struct pinfer_sampler {
     std::unique_ptr<pinfer::sampler> s;
@@ -239,6 +241,12 @@ pinfer_context_params pinfer_context_default_params(void) {
     p.sparse_mode = PINFER_SPARSE_OFF;
     p.sparse_flags = 0;
     p.precision = PINFER_PREC_HIGH;
+    p.device = nullptr;
+    p.n_gpu_layers = -1;
+    p.vram_budget = 0;
+    p.sim_memory = 0;
+    p.sim_copy_latency_us = 0;
+    p.sim_copy_ns_per_byte = 0;
     return p;
 }
 
@@ -274,6 +282,15 @@ pinfer_context *pinfer_context_new(pinfer_model *model, pinfer_context_params pa
         p.sparse_stats = params.sparse_flags & PINFER_SPARSE_FLAG_STATS;
         p.sparse_verify = params.sparse_flags & PINFER_SPARSE_FLAG_VERIFY;
         p.ffn_observe = params.sparse_flags & PINFER_SPARSE_FLAG_OBSERVE;
+        p.device = params.device ? params.device : "cpu";
+        if (params.n_gpu_layers < -1) throw std::invalid_argument("n_gpu_layers must be >= -1 (-1: all that fit)");
+        p.n_gpu_layers = params.n_gpu_layers;
+        p.vram_budget = params.vram_budget;
+        p.sim_memory = params.sim_memory;
+        if (!(params.sim_copy_latency_us >= 0) || !(params.sim_copy_ns_per_byte >= 0))
+            throw std::invalid_argument("sim copy costs must be finite and >= 0");
+        p.sim_copy_latency_us = params.sim_copy_latency_us;
+        p.sim_copy_ns_per_byte = params.sim_copy_ns_per_byte;
         auto *pc = new pinfer_context();
         try {
             pc->c = std::make_unique<pinfer::context>(*model->m, p);
@@ -289,6 +306,52 @@ void pinfer_context_free(pinfer_context *ctx) { delete ctx; }
 uint32_t pinfer_n_ctx(const pinfer_context *ctx) { return ctx->c->n_ctx(); }
 int32_t pinfer_n_past(const pinfer_context *ctx) { return (int32_t)ctx->c->n_past(); }
 void pinfer_kv_truncate(pinfer_context *ctx, int32_t n_keep) { ctx->c->truncate(n_keep < 0 ? 0 : (uint32_t)n_keep); }
+
+const char *pinfer_context_device(const pinfer_context *ctx) { return ctx ? ctx->c->device_name() : ""; }
+const char *pinfer_context_notice(const pinfer_context *ctx) { return ctx ? ctx->c->notice().c_str() : ""; }
+
+int32_t pinfer_context_plan(const pinfer_context *ctx, int32_t *on_device, int64_t *k, int32_t n_layer) {
+    return guarded<>(-1, [&] {
+        if (!ctx) throw std::invalid_argument("no context");
+        const pinfer::context &c = *ctx->c;
+        if (n_layer != (int32_t)c.mdl().hp.n_layer)
+            throw std::invalid_argument("n_layer " + std::to_string(n_layer) + " is not the model's " + std::to_string(c.mdl().hp.n_layer));
+        const pinfer::hybrid_plan &p = c.plan();
+        for (int32_t il = 0; il < n_layer; il++) {
+            const bool dev = (size_t)il < p.layers.size() && p.layers[(size_t)il].on_device;
+            if (on_device) on_device[il] = dev;
+            if (k) k[il] = dev ? p.layers[(size_t)il].k : 0;
+        }
+        return (int32_t)p.n_device_layers;
+    });
+}
+
+const char *pinfer_context_plan_text(const pinfer_context *ctx) {
+    if (!ctx) return "";
+    pinfer_context *c = const_cast<pinfer_context *>(ctx);
+    c->plan_text = c->c->plan().any() ? pinfer::describe_plan(c->c->mdl(), c->c->plan()) : "";
+    return c->plan_text.c_str();
+}
+
+int32_t pinfer_get_transfer_stats(const pinfer_context *ctx, bool decode, pinfer_transfer_stats *st) {
+    return guarded<>(-1, [&] {
+        if (!ctx || !st) throw std::invalid_argument("no context or stats");
+        const pinfer::transfer_stats &t = ctx->c->transfers(decode);
+        st->n_tokens = t.n_tokens;
+        st->n_graphs = t.n_graphs;
+        st->bytes_h2d = t.bytes_h2d;
+        st->bytes_d2h = t.bytes_d2h;
+        st->n_copies = t.n_copies;
+        st->n_waits = t.n_waits;
+        st->n_syncs = t.n_syncs;
+        st->device_bytes = ctx->c->plan().device_total();
+        return 0;
+    });
+}
+
+void pinfer_reset_transfer_stats(pinfer_context *ctx) {
+    if (ctx) ctx->c->reset_transfers();
+}
 
 int32_t pinfer_decode(pinfer_context *ctx, const pinfer_token *tokens, int32_t n, bool all_logits) {
     return guarded<>(-1, [&] {

@@ -115,6 +115,13 @@ struct pinfer_context_params {
     int32_t sparse_mode; // PINFER_SPARSE_*: off (default), exact, predictor, threshold, auto
     uint32_t sparse_flags;  // PINFER_SPARSE_FLAG_* (statistics; they cost time)
     int32_t precision;   // PINFER_PREC_HIGH (default) or PINFER_PREC_FAST
+    // The hybrid engine: hot layers and neurons on a device (shared/HYBRID.md).
+    const char *device;     // "cpu" (NULL, the default) or "sim" (a simulated GPU)
+    int32_t n_gpu_layers;   // layers on the device, in order; -1 (default): as many as the budget holds
+    uint64_t vram_budget;   // bytes of device memory to use; 0: all of it
+    uint64_t sim_memory;    // sim: the simulated card's memory in bytes; 0: 24 GiB
+    double sim_copy_latency_us;   // sim: charged per host <-> device copy
+    double sim_copy_ns_per_byte;  // sim: ... plus per byte
 };
 
 // Precision of the activations that meet quantized weights. HIGH: about 15
@@ -146,6 +153,30 @@ uint32_t pinfer_n_ctx(const struct pinfer_context *ctx);
 int32_t pinfer_n_past(const struct pinfer_context *ctx);  // tokens in the KV cache
 // Forget cached tokens at positions >= n_keep.
 void pinfer_kv_truncate(struct pinfer_context *ctx, int32_t n_keep);
+
+// ---- the device plan and its traffic ----
+const char *pinfer_context_device(const struct pinfer_context *ctx);  // "CPU", "sim"
+// What the plan could not do as asked ("-ngl without a device", "the budget
+// holds no layer", ...), for the caller to show; "" when nothing.
+const char *pinfer_context_notice(const struct pinfer_context *ctx);
+// Per layer: on_device[il] (attention, norms, predictor, KV cache) and k[il],
+// its FFN neurons [0, k) on the device (either array may be NULL). Returns
+// the number of layers on the device, < 0 on error (n_layer must be the model's).
+int32_t pinfer_context_plan(const struct pinfer_context *ctx, int32_t *on_device, int64_t *k, int32_t n_layer);
+// The plan in words, one line per run of layers (empty without a device).
+const char *pinfer_context_plan_text(const struct pinfer_context *ctx);
+struct pinfer_transfer_stats {
+    int64_t n_tokens;       // tokens decoded with the device
+    int64_t n_graphs;       // graphs run
+    uint64_t bytes_h2d, bytes_d2h;  // host <-> device bytes
+    uint64_t n_copies;
+    uint64_t n_waits;       // cross-backend event waits
+    uint64_t n_syncs;       // waits for the whole device
+    uint64_t device_bytes;  // weights and KV cache on the device
+};
+// decode: the single-token decodes (one graph per generated token), else the prompt batches.
+int32_t pinfer_get_transfer_stats(const struct pinfer_context *ctx, bool decode, struct pinfer_transfer_stats *st);
+void pinfer_reset_transfer_stats(struct pinfer_context *ctx);
 
 // Evaluate n tokens at positions n_past.. (split into n_batch chunks).
 // all_logits: keep logits for every token, else only the last one.

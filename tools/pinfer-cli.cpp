@@ -69,6 +69,8 @@ struct cli_params {
     bool sparse_stats = false;
     bool sparse_verify = false;
     double vram_budget_gib = -1;  // --vram-budget: < 0 = not given
+    std::string device = "cpu";   // --device: cpu, sim (cuda when built with it)
+    int32_t n_gpu_layers = -1;    // -ngl: -1 = not given (all that fit on a device)
     pinfer_sampler_params sampling = pinfer_sampler_default_params();
 };
 
@@ -113,8 +115,12 @@ void print_usage(FILE *out, const char *argv0) {
             "        --sparse MODE         FFN mode: off (default), exact, predictor, threshold, auto\n"
             "        --sparse-stats        print per-layer active fraction and predictor cost at the end\n"
             "        --sparse-verify       also run the dense model: predictor recall, logit difference\n"
-            "        --vram-budget GIB     select the model's neuron placement for this VRAM budget\n"
-            "                              (--verbose: GPU neurons per layer)\n"
+            "        --device DEV          where hot layers and neurons run: cpu (default) or sim, a\n"
+            "                              simulated GPU that shows the plan and its traffic\n"
+            "  -ngl, --n-gpu-layers N      layers on the device, in order (default: all that fit)\n"
+            "        --vram-budget GIB     device memory to use (default: all of it); with --device cpu:\n"
+            "                              the model's neuron placement for this budget\n"
+            "                              (--verbose: the plan, GPU neurons per layer, traffic per token)\n"
             "        --verbose             print model and run details to stderr\n",
             argv0, d.temperature, d.top_k, d.top_p, d.min_p, d.repeat_penalty, d.repeat_last_n,
             d.presence_penalty, d.frequency_penalty);
@@ -274,6 +280,14 @@ cli_params parse_args(int argc, char **argv) {
             if (v.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(g) || g < 0 || g > 1e6)
                 throw usage_error{"invalid VRAM budget for " + a + ": '" + v + "' (GiB, >= 0)"};
             p.vram_budget_gib = g;
+        } else if (a == "--device") {
+            p.device = value();
+            if (p.device == "cuda")
+                throw usage_error{"this build has no CUDA backend (install with -C cmake.define.PINFER_CUDA=ON); devices: cpu, sim"};
+            if (p.device != "cpu" && p.device != "sim")
+                throw usage_error{"unknown device '" + p.device + "' (cpu, sim)"};
+        } else if (a == "-ngl" || a == "--n-gpu-layers" || a == "--gpu-layers") {
+            p.n_gpu_layers = parse_int(a, value(), 0, 1 << 20);
         } else if (a == "--verbose") {
             p.verbose = true;
         } else if (a == "-" || a.empty() || a[0] != '-') {
@@ -499,6 +513,19 @@ void report_placement(const pinfer_model *model, const cli_params &p) {
 }
 
 // --sparse-stats / --sparse-verify: one line per layer, then the totals.
+// --verbose with a device: what moved between host and device, per generated
+// token (single-token decodes) and for the prompt.
+void print_transfers(const session &s) {
+    for (bool decode : {false, true}) {
+        pinfer_transfer_stats t;
+        if (pinfer_get_transfer_stats(s.ctx, decode, &t) != 0 || t.n_graphs == 0) continue;
+        const double g = decode ? (double)t.n_graphs : 1.0;
+        fprintf(stderr, "pinfer: device traffic %s: %.1f KiB down, %.1f KiB up, %.1f copies, %.1f event waits, %.1f device syncs\n",
+                decode ? "per generated token" : "for the prompt", t.bytes_h2d / 1024.0 / g, t.bytes_d2h / 1024.0 / g,
+                t.n_copies / g, t.n_waits / g, t.n_syncs / g);
+    }
+}
+
 void print_sparse_stats(const session &s) {
     const int32_t L = pinfer_model_n_layer(s.model);
     std::vector<pinfer_sparse_layer_stats> ls((size_t)L);
@@ -655,8 +682,12 @@ int run(int argc, char **argv) {
         cp.sparse_mode = pinfer_sparse_mode_from_name(p.sparse.c_str());
         cp.precision = pinfer_precision_from_name(p.precision.c_str());
         cp.sparse_flags = (p.sparse_stats ? PINFER_SPARSE_FLAG_STATS : 0u) | (p.sparse_verify ? PINFER_SPARSE_FLAG_VERIFY : 0u);
+        cp.device = p.device.c_str();
+        cp.n_gpu_layers = p.n_gpu_layers;
+        if (p.device != "cpu" && p.vram_budget_gib >= 0) cp.vram_budget = (uint64_t)std::llround(p.vram_budget_gib * 1073741824.0);
         s.ctx = pinfer_context_new(s.model, cp);
         if (!s.ctx) throw run_error{api_error("cannot create a context")};
+        if (*pinfer_context_notice(s.ctx)) fprintf(stderr, "pinfer: notice: %s\n", pinfer_context_notice(s.ctx));
         if (p.sampling.repeat_last_n < 0) p.sampling.repeat_last_n = (int32_t)pinfer_n_ctx(s.ctx);  // -1: whole context
         s.smpl = pinfer_sampler_new(s.model, p.sampling);
         if (!s.smpl) throw run_error{api_error("cannot create the sampler")};
@@ -682,7 +713,8 @@ int run(int argc, char **argv) {
                         moved / 1048576.0, huge / 1048576.0);
         }
 
-        if (p.vram_budget_gib >= 0) report_placement(s.model, p);
+        if (p.device == "cpu" && p.vram_budget_gib >= 0) report_placement(s.model, p);
+        if (p.verbose && *pinfer_context_plan_text(s.ctx)) fprintf(stderr, "pinfer: device %s\n%s", pinfer_context_device(s.ctx), pinfer_context_plan_text(s.ctx));
 
         if (p.conversation) {
             int rc = run_conversation(s, p, prompt);
@@ -712,6 +744,7 @@ int run(int argc, char **argv) {
         fflush(stdout);
         if (why == stop_reason::ctx_full && p.verbose) fprintf(stderr, "pinfer: the context is full\n");
         print_timings(s, t_load_ms);
+        if (p.verbose) print_transfers(s);
         if (p.sparse_stats || p.sparse_verify) print_sparse_stats(s);
         return 0;
     } catch (const run_error &e) {

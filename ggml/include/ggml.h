@@ -131,7 +131,12 @@ const char *ggml_op_name(enum ggml_op op);
 enum ggml_tensor_flag {
     GGML_TENSOR_FLAG_INPUT = 1,   // written by the caller before compute
     GGML_TENSOR_FLAG_OUTPUT = 2,  // read by the caller after compute: never reused
+    GGML_TENSOR_FLAG_TRANSFER = 4,       // a copy between host and device memory (ggml_transfer)
+    GGML_TENSOR_FLAG_TRANSFER_HOST = 8,  // ... whose result lives in host memory
 };
+
+struct ggml_backend;
+struct ggml_backend_buffer;
 
 struct ggml_tensor {
     enum ggml_type type;
@@ -144,6 +149,8 @@ struct ggml_tensor {
     struct ggml_tensor *view_src;  // tensor whose memory this one aliases
     size_t view_offs;
     void *data;
+    struct ggml_backend_buffer *buffer;  // where data lives (NULL: memory the caller owns, host)
+    struct ggml_backend *backend;        // who computes this node (NULL: the CPU)
     char name[GGML_MAX_NAME];
     void *extra;  // owned by whoever set it (e.g. a backend)
 };
@@ -166,6 +173,10 @@ void ggml_set_no_alloc(struct ggml_context *ctx, bool no_alloc);
 struct ggml_tensor *ggml_get_first_tensor(const struct ggml_context *ctx);
 struct ggml_tensor *ggml_get_next_tensor(const struct ggml_context *ctx, struct ggml_tensor *t);
 struct ggml_tensor *ggml_get_tensor(struct ggml_context *ctx, const char *name);
+// The backend that computes the nodes created from now on (NULL: the CPU);
+// the graph builder switches it per layer (ggml-backend.h).
+void ggml_set_backend(struct ggml_context *ctx, struct ggml_backend *backend);
+struct ggml_backend *ggml_get_backend(const struct ggml_context *ctx);
 
 // Errors in graph construction (shape mismatch, arena full) abort with a
 // message: they are programming errors, not user input errors.

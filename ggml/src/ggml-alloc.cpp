@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "ggml-backend.h"
 #include "ggml-impl.h"
 #include "ggml.h"
 
@@ -68,7 +69,8 @@ ggml_tensor *base_of(ggml_tensor *t) { return t->view_src ? t->view_src : t; }
 }  // namespace
 
 struct ggml_gallocr {
-    void *buffer = nullptr;
+    ggml_backend_buffer_type_t buft = nullptr;
+    ggml_backend_buffer_t buffer = nullptr;
     size_t size = 0;
     // Planning scratch, kept between calls so that re-planning a graph of the
     // same size (every decoded token) allocates nothing.
@@ -76,6 +78,7 @@ struct ggml_gallocr {
     std::vector<int> slot_of;
     std::vector<int> last_use;        // per slot: last node index reading it
     std::vector<size_t> offset;       // per slot: SIZE_MAX = not placed by us
+    std::vector<char> shared;         // per slot: read by a node of another backend (never reused)
     offset_allocator alloc;
 
     // Slot of t (inserting it), or of t if present when insert is false (-1 if absent).
@@ -93,17 +96,25 @@ struct ggml_gallocr {
     }
 };
 
-ggml_gallocr *ggml_gallocr_new(void) { return new ggml_gallocr(); }
+ggml_gallocr *ggml_gallocr_new(void) { return ggml_gallocr_new_buft(ggml_backend_cpu_buffer_type()); }
+
+ggml_gallocr *ggml_gallocr_new_buft(ggml_backend_buffer_type_t buft) {
+    ggml_gallocr *a = new ggml_gallocr();
+    a->buft = buft;
+    return a;
+}
 
 void ggml_gallocr_free(ggml_gallocr *a) {
     if (!a) return;
-    free(a->buffer);
+    ggml_backend_buffer_free(a->buffer);
     delete a;
 }
 
 size_t ggml_gallocr_buffer_size(const ggml_gallocr *a) { return a->size; }
 
-bool ggml_gallocr_alloc_graph(ggml_gallocr *a, ggml_cgraph *g) {
+bool ggml_gallocr_alloc_graph(ggml_gallocr *a, ggml_cgraph *g) { return ggml_gallocr_alloc_graph_for(a, g, nullptr, nullptr); }
+
+bool ggml_gallocr_alloc_graph_for(ggml_gallocr *a, ggml_cgraph *g, bool (*mine)(const ggml_tensor *, void *), void *ud) {
     const int n_nodes = ggml_graph_n_nodes(g);
     const int n_leafs = ggml_graph_n_leafs(g);
     const int n_total = n_nodes + n_leafs;
@@ -119,16 +130,18 @@ bool ggml_gallocr_alloc_graph(ggml_gallocr *a, ggml_cgraph *g) {
     if ((int)a->last_use.size() < n_total) {
         a->last_use.resize(n_total);
         a->offset.resize(n_total);
+        a->shared.resize(n_total);
     }
     int n_slots = 0;
     for (int i = 0; i < n_leafs; i++) a->slot(ggml_graph_leaf(g, i), true, &n_slots);
     for (int i = 0; i < n_nodes; i++) a->slot(ggml_graph_node(g, i), true, &n_slots);
     std::fill(a->last_use.begin(), a->last_use.begin() + n_slots, -1);
     std::fill(a->offset.begin(), a->offset.begin() + n_slots, SIZE_MAX);
+    std::fill(a->shared.begin(), a->shared.begin() + n_slots, 0);
     auto slot = [&](ggml_tensor *t) { return a->slot(t, false, &n_slots); };
 
-    // Tensors that need memory from us: bases without data.
-    auto needs = [](ggml_tensor *t) { return t->view_src == nullptr && t->data == nullptr; };
+    // Tensors that need memory from us: bases without data (of our buffer type).
+    auto needs = [&](ggml_tensor *t) { return t->view_src == nullptr && t->data == nullptr && (!mine || mine(t, ud)); };
 
     // Last node index that reads each base tensor (through any chain of views:
     // a view's base is always its root, so reading the view reads the base).
@@ -136,8 +149,13 @@ bool ggml_gallocr_alloc_graph(ggml_gallocr *a, ggml_cgraph *g) {
         ggml_tensor *node = ggml_graph_node(g, i);
         for (int s = 0; s < GGML_MAX_SRC; s++) {
             if (!node->src[s]) continue;
-            const int k = slot(base_of(node->src[s]));
-            if (k >= 0) a->last_use[k] = i;
+            ggml_tensor *b = base_of(node->src[s]);
+            const int k = slot(b);
+            if (k < 0) continue;
+            a->last_use[k] = i;
+            // another backend reads it, maybe while its producer's queue runs
+            // on: its memory must not be handed to anything else in this graph
+            if (b->backend != node->backend) a->shared[k] = 1;
         }
         if (node->view_src) {  // a view node keeps its base alive as long as the view is read
             const int k = slot(node->view_src);
@@ -166,29 +184,37 @@ bool ggml_gallocr_alloc_graph(ggml_gallocr *a, ggml_cgraph *g) {
             if (k < 0 || a->offset[k] == SIZE_MAX) continue;
             if (b->flags & (GGML_TENSOR_FLAG_OUTPUT | GGML_TENSOR_FLAG_INPUT)) continue;
             if (b->op == GGML_OP_NONE) continue;  // leaf: kept
-            if (a->last_use[k] != i) continue;
+            if (a->last_use[k] != i || a->shared[k]) continue;
             alloc.release(a->offset[k], align_up(ggml_nbytes(b)));
             a->last_use[k] = -1;  // released once
         }
     }
     const size_t need = alloc.top ? alloc.top : kAlign;
-    if (need > a->size) {
-        void *nb = aligned_alloc(kAlign, align_up(need));
+    if (need > a->size || !a->buffer) {
+        ggml_backend_buffer_free(a->buffer);  // first: a budget must not hold both
+        a->buffer = nullptr;
+        a->size = 0;
+        ggml_backend_buffer_t nb = ggml_backend_buft_alloc_buffer(a->buft, align_up(need));
         if (!nb) return false;
-        free(a->buffer);
         a->buffer = nb;
         a->size = align_up(need);
     }
-    char *base = (char *)a->buffer;
+    char *base = (char *)ggml_backend_buffer_base(a->buffer);
     auto place = [&](ggml_tensor *t) {
         const size_t off = a->offset[slot(t)];
-        if (off != SIZE_MAX) t->data = base + off;
+        if (off != SIZE_MAX) {
+            t->data = base + off;
+            t->buffer = a->buffer;
+        }
     };
     for (int i = 0; i < n_leafs; i++) place(ggml_graph_leaf(g, i));
     for (int i = 0; i < n_nodes; i++) place(ggml_graph_node(g, i));
     // Views get their data from their (now placed) base.
     auto place_view = [](ggml_tensor *t) {
-        if (t->view_src && t->view_src->data) t->data = (char *)t->view_src->data + t->view_offs;
+        if (t->view_src && t->view_src->data) {
+            t->data = (char *)t->view_src->data + t->view_offs;
+            t->buffer = t->view_src->buffer;
+        }
     };
     for (int i = 0; i < n_leafs; i++) place_view(ggml_graph_leaf(g, i));
     for (int i = 0; i < n_nodes; i++) place_view(ggml_graph_node(g, i));

@@ -12,6 +12,20 @@ extern "C" {
 
 int ggml_graph_n_leafs(const struct ggml_cgraph *g);
 struct ggml_tensor *ggml_graph_leaf(const struct ggml_cgraph *g, int i);
+struct ggml_tensor **ggml_graph_nodes(const struct ggml_cgraph *g);  // the n_nodes array, in order
+
+// A planner that allocates its buffer from buft, and planning restricted to
+// the tensors mine(t, ud) accepts (NULL: all): one planner per buffer type.
+struct ggml_backend_buffer_type;
+struct ggml_gallocr *ggml_gallocr_new_buft(struct ggml_backend_buffer_type *buft);
+bool ggml_gallocr_alloc_graph_for(struct ggml_gallocr *a, struct ggml_cgraph *g,
+                                  bool (*mine)(const struct ggml_tensor *t, void *ud), void *ud);
+
+// The CPU executor over a run of nodes (views skipped). check_host: refuse a
+// node that touches non-host memory (the CPU backend); a device simulated on
+// the CPU passes false. Returns 0, 1 op without a CPU kernel, 2 not planned,
+// 3 out of memory, 4 non-host memory.
+int ggml_cpu_compute_nodes(struct ggml_threadpool *tp, struct ggml_tensor **nodes, int n, bool check_host);
 
 // The op_params slot of a weight product's enum ggml_prec (ggml_set_prec).
 #define GGML_PREC_PARAM (GGML_MAX_OP_PARAMS - 1)

@@ -38,6 +38,7 @@ struct ggml_context {
     bool owned;
     bool no_alloc;
     ggml_object *first, *last;
+    ggml_backend *backend;  // of the nodes created next
 };
 
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
@@ -87,6 +88,9 @@ static void *ctx_alloc_object(ggml_context *ctx, obj_kind kind, size_t size) {
     memset(p, 0, size);
     return p;
 }
+
+void ggml_set_backend(ggml_context *ctx, ggml_backend *backend) { ctx->backend = backend; }
+ggml_backend *ggml_get_backend(const ggml_context *ctx) { return ctx->backend; }
 
 ggml_tensor *ggml_get_first_tensor(const ggml_context *ctx) {
     for (ggml_object *o = ctx->first; o; o = o->next)
@@ -149,6 +153,8 @@ static ggml_tensor *new_tensor_impl(ggml_context *ctx, ggml_type type, int n_dim
     t->op = GGML_OP_NONE;
     t->view_src = view_src;
     t->view_offs = view_offs;
+    t->backend = ctx->backend;
+    if (view_src) t->buffer = view_src->buffer;
     if (view_src && view_src->data) t->data = (char *)view_src->data + view_offs;
     else if (data_size) t->data = (char *)t + hdr;
     return t;
@@ -512,4 +518,5 @@ void ggml_build_forward_expand(ggml_cgraph *g, ggml_tensor *t) { graph_visit(g, 
 int ggml_graph_n_nodes(const ggml_cgraph *g) { return g->n_nodes; }
 ggml_tensor *ggml_graph_node(const ggml_cgraph *g, int i) { return i < 0 ? g->nodes[g->n_nodes + i] : g->nodes[i]; }
 int ggml_graph_n_leafs(const ggml_cgraph *g) { return g->n_leafs; }
+ggml_tensor **ggml_graph_nodes(const ggml_cgraph *g) { return g->nodes; }
 ggml_tensor *ggml_graph_leaf(const ggml_cgraph *g, int i) { return g->leafs[i]; }

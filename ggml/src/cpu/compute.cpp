@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "ggml-backend.h"
 #include "ggml-impl.h"
 #include "ops.h"
 
@@ -65,7 +66,8 @@ struct ggml_threadpool {
     std::condition_variable cv;
     std::atomic<uint64_t> generation{0};
     std::atomic<bool> stop{false};  // read by workers that skipped the condition-variable wait
-    ggml_cgraph *graph = nullptr;
+    ggml_tensor **nodes = nullptr;  // the run being computed
+    int n_nodes = 0;
 
     // sense-reversing barrier; waiters past their spin sleep on `phase`
     std::atomic<int> arrived{0};
@@ -122,11 +124,10 @@ void ggml_barrier(ggml_threadpool *tp) {
 }
 
 static void run_graph(ggml_threadpool *tp, int ith) {
-    ggml_cgraph *g = tp->graph;
     ggml_compute_params params = {ith, tp->n_threads, tp->wdata, tp->wsize, tp};
-    const int n = ggml_graph_n_nodes(g);
+    const int n = tp->n_nodes;
     for (int i = 0; i < n; i++) {
-        ggml_tensor *node = ggml_graph_node(g, i);
+        ggml_tensor *node = tp->nodes[i];
         if (ggml_op_is_view(node->op)) continue;
         forward_table(node->op)(&params, node);
         ggml_barrier(tp);
@@ -176,14 +177,21 @@ void ggml_threadpool_free(ggml_threadpool *tp) {
 
 int ggml_threadpool_n_threads(const ggml_threadpool *tp) { return tp->n_threads; }
 
-int ggml_graph_compute(ggml_cgraph *g, ggml_threadpool *tp) {
-    const int n = ggml_graph_n_nodes(g);
+static bool touches_host_only(const ggml_tensor *node) {
+    if (!ggml_tensor_is_host(node)) return false;
+    for (int s = 0; s < GGML_MAX_SRC; s++)
+        if (node->src[s] && !ggml_tensor_is_host(node->src[s])) return false;
+    return true;
+}
+
+int ggml_cpu_compute_nodes(ggml_threadpool *tp, ggml_tensor **nodes, int n, bool check_host) {
     size_t need = 0;
     for (int i = 0; i < n; i++) {
-        ggml_tensor *node = ggml_graph_node(g, i);
+        ggml_tensor *node = nodes[i];
         if (ggml_op_is_view(node->op)) continue;
         if (!forward_table(node->op)) return 1;  // op without a CPU kernel
         if (!node->data) return 2;                // not planned
+        if (check_host && !touches_host_only(node)) return 4;  // device memory: a transfer is missing
         size_t w = ggml_op_work_size(node, tp->n_threads);
         if (w > need) need = w;
     }
@@ -194,7 +202,8 @@ int ggml_graph_compute(ggml_cgraph *g, ggml_threadpool *tp) {
         tp->wdata = p;
         tp->wsize = need;
     }
-    tp->graph = g;
+    tp->nodes = nodes;
+    tp->n_nodes = n;
     if (tp->n_threads > 1) {
         {
             std::lock_guard<std::mutex> lock(tp->mu);
@@ -205,6 +214,10 @@ int ggml_graph_compute(ggml_cgraph *g, ggml_threadpool *tp) {
     run_graph(tp, 0);
     ggml_barrier(tp);
     return 0;
+}
+
+int ggml_graph_compute(ggml_cgraph *g, ggml_threadpool *tp) {
+    return ggml_cpu_compute_nodes(tp, ggml_graph_nodes(g), ggml_graph_n_nodes(g), true);
 }
 
 int ggml_graph_compute_with_threads(ggml_cgraph *g, int n_threads) {

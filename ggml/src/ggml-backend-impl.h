@@ -1,0 +1,73 @@
+// What a backend implements (ggml-backend.h is what callers see). A new
+// device is one more set of these tables: the scheduler and the graph
+// builder do not change.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+
+#include "ggml-backend.h"
+
+struct ggml_backend_buffer_type {
+    const char *name;
+    bool host;
+    size_t alignment;
+    size_t budget;  // SIZE_MAX: none
+    std::atomic<size_t> allocated{0};
+    void *(*alloc_mem)(ggml_backend_buffer_type *buft, size_t size);  // nullptr on failure
+    void (*free_mem)(ggml_backend_buffer_type *buft, void *base, size_t size);
+    // Synchronous copies between host memory and memory of this type (host
+    // types: memcpy). nullptr: plain memcpy / memset.
+    void (*set)(ggml_backend_buffer_type *buft, void *dst, const void *src, size_t size);
+    void (*get)(ggml_backend_buffer_type *buft, void *dst, const void *src, size_t size);
+    void (*memset)(ggml_backend_buffer_type *buft, void *dst, uint8_t value, size_t size);
+    void *ctx;
+};
+
+struct ggml_backend_buffer {
+    ggml_backend_buffer_type *buft;
+    void *base;
+    size_t size;
+    bool owned;  // false: memory the caller keeps (ggml_backend_cpu_buffer_from_ptr)
+    ggml_backend_buffer_usage usage;
+};
+
+struct ggml_backend_i {
+    bool (*supports_op)(ggml_backend *be, const ggml_tensor *op);
+    bool (*sparse_dense)(ggml_backend *be, int64_t n_active, int64_t n, int64_t T);
+    int (*compute)(ggml_backend *be, ggml_tensor **nodes, int n);
+    void (*copy)(ggml_backend *be, const ggml_tensor *src, ggml_tensor *dst);
+    int (*synchronize)(ggml_backend *be);  // 0, or the error of a failed queued compute
+    // The event is reached when the backend's queue gets past this point.
+    void (*event_record)(ggml_backend *be, ggml_backend_event *ev, uint64_t gen);
+    // The backend's queue waits until ev reaches gen.
+    void (*event_wait)(ggml_backend *be, ggml_backend_event *ev, uint64_t gen);
+    void (*free)(ggml_backend *be);
+};
+
+struct ggml_backend {
+    const char *name;
+    bool is_cpu;
+    ggml_backend_i iface;
+    ggml_backend_buffer_type *buft;       // its own memory
+    ggml_backend_buffer_type *host_buft;  // host memory it copies from and to
+    void *ctx;
+};
+
+// A host-side event: a generation counter that a backend's queue advances.
+struct ggml_backend_event {
+    ggml_backend *be;
+    std::mutex mu;
+    std::condition_variable cv;
+    uint64_t recorded = 0;  // generation of the last record
+    uint64_t reached = 0;   // generation the queue has got past
+};
+
+// Marks ev reached at gen and wakes waiters (called by a backend's queue).
+void ggml_backend_event_signal(ggml_backend_event *ev, uint64_t gen);
+// Blocks the calling thread until ev has reached gen.
+void ggml_backend_event_block(ggml_backend_event *ev, uint64_t gen);
+void ggml_backend_set_error(const char *fmt, ...);

@@ -1,0 +1,259 @@
+// The simulated device (ggml-backend-sim.h): a queue thread that runs
+// submitted work in order, memory the CPU backend may not touch, and counters.
+#include "ggml-backend-sim.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <thread>
+
+#include "ggml-backend-impl.h"
+#include "ggml-impl.h"
+
+namespace {
+
+struct sim_ctx {
+    ggml_backend_sim_params p;
+    ggml_threadpool *tp = nullptr;
+    ggml_backend_buffer_type mem, pinned;  // device memory (non-host, budgeted); pinned host memory
+
+    std::mutex mu;
+    std::condition_variable cv_work, cv_idle;
+    std::deque<std::function<void()>> queue;
+    bool busy = false, stop = false;
+    int error = 0;  // of a failed queued compute, until the next synchronize
+    std::thread worker;
+
+    std::atomic<uint64_t> h2d{0}, d2h{0}, copies{0}, queue_waits{0}, syncs{0}, segments{0};
+
+    void push(std::function<void()> f) {
+        {
+            std::lock_guard<std::mutex> lock(mu);
+            queue.push_back(std::move(f));
+        }
+        cv_work.notify_one();
+    }
+
+    void run() {
+        for (;;) {
+            std::function<void()> f;
+            {
+                std::unique_lock<std::mutex> lock(mu);
+                busy = false;
+                if (queue.empty()) cv_idle.notify_all();
+                cv_work.wait(lock, [&] { return stop || !queue.empty(); });
+                if (queue.empty()) return;  // stop, and nothing left
+                f = std::move(queue.front());
+                queue.pop_front();
+                busy = true;
+            }
+            f();
+        }
+    }
+
+    int drain() {
+        std::unique_lock<std::mutex> lock(mu);
+        cv_idle.wait(lock, [&] { return queue.empty() && !busy; });
+        const int e = error;
+        error = 0;
+        return e;
+    }
+
+    // A host <-> device copy as a DMA engine would do it: the bytes, plus the
+    // configured latency and time per byte (slept, not spun: a copy costs no CPU).
+    void copy(void *dst, const void *src, size_t n, bool to_host) {
+        memcpy(dst, src, n);
+        (to_host ? d2h : h2d) += n;
+        copies++;
+        const double us = p.copy_latency_us + p.copy_ns_per_byte * (double)n * 1e-3;
+        if (us > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(us));
+    }
+};
+
+sim_ctx *ctx_of(ggml_backend *be) { return (sim_ctx *)be->ctx; }
+
+void *mem_alloc(ggml_backend_buffer_type *, size_t size) {
+    void *p = aligned_alloc(256, size);
+    // fresh device memory holds garbage: make reads of unwritten memory show
+    if (p) memset(p, 0xff, size);
+    return p;
+}
+void mem_free(ggml_backend_buffer_type *, void *base, size_t) { free(base); }
+
+// Synchronous host <-> device copies (tensor_set / get / memset): after the queue drains, as a real device's.
+void mem_set(ggml_backend_buffer_type *bt, void *dst, const void *src, size_t n) {
+    sim_ctx *c = (sim_ctx *)bt->ctx;
+    c->drain();
+    c->copy(dst, src, n, false);
+}
+void mem_get(ggml_backend_buffer_type *bt, void *dst, const void *src, size_t n) {
+    sim_ctx *c = (sim_ctx *)bt->ctx;
+    c->drain();
+    c->copy(dst, src, n, true);
+}
+void mem_memset(ggml_backend_buffer_type *bt, void *dst, uint8_t v, size_t n) {
+    ((sim_ctx *)bt->ctx)->drain();
+    memset(dst, v, n);
+}
+
+bool sim_supports_op(ggml_backend *, const ggml_tensor *op) { return ggml_is_transfer(op) || !ggml_tensor_is_host(op); }
+
+bool sim_sparse_dense(ggml_backend *, int64_t n_active, int64_t n, int64_t T) {
+    return ggml_sparse_should_use_dense(n_active, n, T);  // its kernels are the CPU's
+}
+
+// A device computes on its own memory only; a transfer node has one side on the host.
+bool check_node(const ggml_tensor *node) {
+    if (ggml_is_transfer(node)) return true;
+    if (ggml_tensor_is_host(node)) {
+        ggml_backend_set_error("sim: node '%s' (%s) has its result in host memory", node->name, ggml_op_name(node->op));
+        return false;
+    }
+    for (int s = 0; s < GGML_MAX_SRC; s++)
+        if (node->src[s] && ggml_tensor_is_host(node->src[s])) {
+            ggml_backend_set_error("sim: node '%s' (%s) reads '%s' in host memory: a transfer is missing", node->name,
+                                   ggml_op_name(node->op), node->src[s]->name);
+            return false;
+        }
+    return true;
+}
+
+int sim_compute(ggml_backend *be, ggml_tensor **nodes, int n) {
+    sim_ctx *c = ctx_of(be);
+    for (int i = 0; i < n; i++) {
+        if (ggml_op_is_view(nodes[i]->op)) continue;
+        if (!nodes[i]->data) {
+            ggml_backend_set_error("sim: node '%s' has no memory (not planned)", nodes[i]->name);
+            return 2;
+        }
+        if (!check_node(nodes[i])) return 4;
+    }
+    c->segments++;
+    c->push([c, nodes, n] {
+        int i = 0;
+        while (i < n) {
+            ggml_tensor *t = nodes[i];
+            if (ggml_is_transfer(t)) {
+                c->copy(t->data, t->src[0]->data, ggml_nbytes(t), ggml_tensor_is_host(t));
+                i++;
+                continue;
+            }
+            int j = i;
+            while (j < n && !ggml_is_transfer(nodes[j])) j++;
+            const int rc = ggml_cpu_compute_nodes(c->tp, nodes + i, j - i, false);
+            if (rc) {
+                std::lock_guard<std::mutex> lock(c->mu);
+                if (!c->error) c->error = rc;
+            }
+            i = j;
+        }
+    });
+    return 0;
+}
+
+void sim_copy(ggml_backend *be, const ggml_tensor *src, ggml_tensor *dst) {
+    sim_ctx *c = ctx_of(be);
+    const bool to_host = ggml_tensor_is_host(dst);
+    c->push([c, src, dst, to_host] { c->copy(dst->data, src->data, ggml_nbytes(src), to_host); });
+}
+
+int sim_synchronize(ggml_backend *be) {
+    sim_ctx *c = ctx_of(be);
+    c->syncs++;
+    return c->drain();
+}
+
+void sim_event_record(ggml_backend *be, ggml_backend_event *ev, uint64_t gen) {
+    ctx_of(be)->push([ev, gen] { ggml_backend_event_signal(ev, gen); });
+}
+
+void sim_event_wait(ggml_backend *be, ggml_backend_event *ev, uint64_t gen) {
+    sim_ctx *c = ctx_of(be);
+    c->queue_waits++;
+    c->push([ev, gen] { ggml_backend_event_block(ev, gen); });
+}
+
+void sim_free(ggml_backend *be) {
+    sim_ctx *c = ctx_of(be);
+    {
+        std::lock_guard<std::mutex> lock(c->mu);
+        c->stop = true;
+    }
+    c->cv_work.notify_all();
+    c->worker.join();
+    ggml_threadpool_free(c->tp);
+    delete c;
+    delete be;
+}
+
+}  // namespace
+
+ggml_backend_sim_params ggml_backend_sim_default_params(void) {
+    ggml_backend_sim_params p;
+    p.memory_bytes = (size_t)8 << 30;
+    p.n_threads = 1;
+    p.copy_latency_us = 0;
+    p.copy_ns_per_byte = 0;
+    return p;
+}
+
+ggml_backend_t ggml_backend_sim_init(ggml_backend_sim_params params) {
+    if (params.n_threads < 1) params.n_threads = 1;
+    sim_ctx *c = new sim_ctx();
+    c->p = params;
+    c->tp = ggml_threadpool_new(params.n_threads);
+    if (!c->tp) {
+        delete c;
+        ggml_backend_set_error("sim: cannot start %d kernel threads", params.n_threads);
+        return nullptr;
+    }
+    c->mem.name = "sim";
+    c->mem.host = false;
+    c->mem.alignment = 256;
+    c->mem.budget = params.memory_bytes;
+    c->mem.alloc_mem = mem_alloc;
+    c->mem.free_mem = mem_free;
+    c->mem.set = mem_set;
+    c->mem.get = mem_get;
+    c->mem.memset = mem_memset;
+    c->mem.ctx = c;
+    c->pinned.name = "sim_pinned";
+    c->pinned.host = true;
+    c->pinned.alignment = GGML_DEFAULT_ALIGN;
+    c->pinned.budget = SIZE_MAX;
+    c->pinned.alloc_mem = [](ggml_backend_buffer_type *bt, size_t size) -> void * { return aligned_alloc(bt->alignment, size); };
+    c->pinned.free_mem = mem_free;
+    c->pinned.set = c->pinned.get = nullptr;
+    c->pinned.memset = nullptr;
+    c->pinned.ctx = c;
+    c->worker = std::thread([c] { c->run(); });
+
+    ggml_backend *be = new ggml_backend();
+    be->name = "sim";
+    be->is_cpu = false;
+    be->iface = {sim_supports_op, sim_sparse_dense, sim_compute, sim_copy, sim_synchronize,
+                 sim_event_record, sim_event_wait, sim_free};
+    be->buft = &c->mem;
+    be->host_buft = &c->pinned;
+    be->ctx = c;
+    return be;
+}
+
+bool ggml_backend_is_sim(ggml_backend_t be) { return be && be->iface.compute == sim_compute; }
+
+void ggml_backend_sim_get_counters(ggml_backend_t be, ggml_backend_sim_counters *out) {
+    sim_ctx *c = ctx_of(be);
+    out->bytes_h2d = c->h2d;
+    out->bytes_d2h = c->d2h;
+    out->n_copies = c->copies;
+    out->n_queue_waits = c->queue_waits;
+    out->n_synchronize = c->syncs;
+    out->n_segments = c->segments;
+}
+
+void ggml_backend_sim_reset_counters(ggml_backend_t be) {
+    sim_ctx *c = ctx_of(be);
+    c->h2d = c->d2h = c->copies = c->queue_waits = c->syncs = c->segments = 0;
+}
