@@ -17,7 +17,7 @@ import random
 import sys
 import time
 import uuid
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -98,6 +98,12 @@ class Llama:
             bits, so the logits match a float32 reference of the same weights; "fast":
             8 bits as llama.cpp, faster prompt processing, top-1 differs at a few % of
             positions.
+        device: where hot layers and neurons run: "cpu" (default) or "sim", a
+            simulated GPU that runs the hybrid plan and counts its traffic
+            (:attr:`plan`, :meth:`transfer_stats`).
+        n_gpu_layers: layers on the device, in order (None / -1: as many as the
+            budget holds). Without a device a notice is printed and the CPU runs all.
+        vram_budget: GiB of device memory the plan may use (None: all of it).
     """
 
     def __init__(
@@ -114,12 +120,15 @@ class Llama:
         sparse_stats: bool = False,
         sparse_verify: bool = False,
         precision: str = "high",
+        device: str = "cpu",
+        n_gpu_layers: Optional[int] = None,
+        vram_budget: Optional[float] = None,
         **kwargs: Any,
     ) -> None:
         self._model: Optional[_core.Model] = None
         self._ctx: Optional[_core.Context] = None
         # Arguments of llama-cpp-python that have no meaning here are accepted and ignored
-        # (n_gpu_layers etc.), so existing code runs unchanged.
+        # (main_gpu etc.), so existing code runs unchanged.
         if model_path is None:
             model_path = default_model_path()
         model_path = os.fspath(model_path)
@@ -138,8 +147,23 @@ class Llama:
             raise TypeError(f"sparse must be a str, got {type(sparse).__name__}")
         if not isinstance(precision, str):
             raise TypeError(f"precision must be a str, got {type(precision).__name__}")
+        if not isinstance(device, str):
+            raise TypeError(f"device must be a str, got {type(device).__name__}")
+        if n_gpu_layers is not None and (not isinstance(n_gpu_layers, int) or isinstance(n_gpu_layers, bool)
+                                         or n_gpu_layers < -1):
+            raise ValueError(f"n_gpu_layers must be an int >= -1 or None, got {n_gpu_layers!r}")
+        if vram_budget is not None and (isinstance(vram_budget, bool) or not isinstance(vram_budget, (int, float))
+                                        or not 0 <= vram_budget <= 1e6):
+            raise ValueError(f"vram_budget must be a number of GiB >= 0 or None, got {vram_budget!r}")
+        if device == "cpu" and n_gpu_layers not in (None, 0):
+            print(f"pinfer: notice: n_gpu_layers={n_gpu_layers} without a device (device='sim'): "
+                  "every layer runs on the CPU", file=sys.stderr)
         self._ctx = _core.Context(self._model, n_ctx, n_batch, n_threads or 0, "f16", sparse,
-                                  bool(sparse_stats), bool(sparse_verify), precision=precision)
+                                  bool(sparse_stats), bool(sparse_verify), precision=precision, device=device,
+                                  n_gpu_layers=-1 if n_gpu_layers is None else n_gpu_layers,
+                                  vram_budget=float(vram_budget or 0.0))
+        if self._ctx.notice:
+            print(f"pinfer: notice: {self._ctx.notice}", file=sys.stderr)
         if verbose:
             import sys
 
@@ -172,6 +196,17 @@ class Llama:
             self.close()
         except Exception:
             pass
+
+    @property
+    def plan(self) -> List[Tuple[bool, int]]:
+        """Per layer (on_device, k): whether its attention runs on the device and
+        how many of its FFN neurons (the prefix [0, k)) do."""
+        return self.ctx.plan()
+
+    def transfer_stats(self, decode: bool = True) -> Dict[str, int]:
+        """Host <-> device traffic summed over single-token decodes (decode=True)
+        or over prompt batches: bytes each way, copies, event waits, syncs."""
+        return self.ctx.transfer_stats(decode)
 
     @property
     def model(self) -> "_core.Model":

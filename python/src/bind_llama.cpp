@@ -188,9 +188,27 @@ class Context {
   public:
     Context(Model &model, uint32_t n_ctx, uint32_t n_batch, int32_t n_threads, nb::handle type_kv,
             const std::string &sparse, bool sparse_stats, bool sparse_verify, bool ffn_observe,
-            const std::string &precision) {
+            const std::string &precision, const std::string &device, int32_t n_gpu_layers, double vram_budget,
+            double sim_memory, double sim_copy_latency_us, double sim_copy_ns_per_byte) {
         auto mh = model.holder();
         pinfer_context_params cp = pinfer_context_default_params();
+        if (device != "cpu" && device != "sim")
+            throw nb::value_error(("device must be 'cpu' or 'sim', got '" + device + "'" +
+                                   (device == "cuda" ? " (this build has no CUDA backend)" : "")).c_str());
+        device_ = device;
+        cp.device = device_.c_str();
+        if (n_gpu_layers < -1) throw nb::value_error("n_gpu_layers must be >= -1 (-1: all that fit)");
+        cp.n_gpu_layers = n_gpu_layers;
+        auto gib = [](double g, const char *what) {
+            if (!(g >= 0) || g > 1e6) throw nb::value_error((std::string(what) + " must be a number of GiB >= 0").c_str());
+            return (uint64_t)(g * 1073741824.0 + 0.5);
+        };
+        cp.vram_budget = gib(vram_budget, "vram_budget");
+        cp.sim_memory = gib(sim_memory, "sim_memory");
+        if (!(sim_copy_latency_us >= 0) || !(sim_copy_ns_per_byte >= 0))
+            throw nb::value_error("sim_copy_latency_us and sim_copy_ns_per_byte must be >= 0");
+        cp.sim_copy_latency_us = sim_copy_latency_us;
+        cp.sim_copy_ns_per_byte = sim_copy_ns_per_byte;
         cp.precision = pinfer_precision_from_name(precision.c_str());
         if (cp.precision < 0) throw nb::value_error(("precision must be 'high' or 'fast', got '" + precision + "'").c_str());
         cp.sparse_mode = pinfer_sparse_mode_from_name(sparse.c_str());
@@ -332,6 +350,35 @@ class Context {
 
     std::string sparse_mode() const { return pinfer_sparse_mode_name(pinfer_context_sparse_mode(holder()->p)); }
 
+    // ---- the device plan and its traffic ----
+    std::string device() const { return pinfer_context_device(holder()->p); }
+    std::string notice() const { return pinfer_context_notice(holder()->p); }
+    std::string plan_text() const { return pinfer_context_plan_text(holder()->p); }
+    nb::list plan() const {
+        const int32_t L = pinfer_model_n_layer(holder()->model->p);
+        std::vector<int32_t> on((size_t)L);
+        std::vector<int64_t> k((size_t)L);
+        if (pinfer_context_plan(holder()->p, on.data(), k.data(), L) < 0) throw nb::value_error(last_error("plan").c_str());
+        nb::list out;
+        for (int32_t il = 0; il < L; il++) out.append(nb::make_tuple((bool)on[(size_t)il], k[(size_t)il]));
+        return out;
+    }
+    nb::dict transfer_stats(bool decode) const {
+        pinfer_transfer_stats t;
+        if (pinfer_get_transfer_stats(holder()->p, decode, &t) < 0) throw nb::value_error(last_error("transfer stats").c_str());
+        nb::dict d;
+        d["n_tokens"] = t.n_tokens;
+        d["n_graphs"] = t.n_graphs;
+        d["bytes_h2d"] = t.bytes_h2d;
+        d["bytes_d2h"] = t.bytes_d2h;
+        d["n_copies"] = t.n_copies;
+        d["n_waits"] = t.n_waits;
+        d["n_syncs"] = t.n_syncs;
+        d["device_bytes"] = t.device_bytes;
+        return d;
+    }
+    void reset_transfer_stats() { pinfer_reset_transfer_stats(holder()->p); }
+
     // Per-layer sparse statistics and the verify summary as plain Python values.
     nb::dict sparse_stats() const {
         const auto &h = holder();
@@ -392,6 +439,7 @@ class Context {
   private:
     std::shared_ptr<context_holder> h_;
     int32_t n_vocab_ = 0;
+    std::string device_;  // kept alive for the C API
 };
 
 using logits_in = nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
@@ -577,15 +625,26 @@ void bind_llama(nb::module_ &m) {
 
     nb::class_<Context>(m, "Context", "KV cache, compute buffers and threads for one model.")
         .def(nb::init<Model &, uint32_t, uint32_t, int32_t, nb::handle, const std::string &, bool, bool, bool,
-                      const std::string &>(),
+                      const std::string &, const std::string &, int32_t, double, double, double, double>(),
              nb::arg("model"), nb::arg("n_ctx") = 0, nb::arg("n_batch") = 512, nb::arg("n_threads") = 0,
              nb::arg("type_kv") = "f16", nb::arg("sparse") = "off", nb::arg("sparse_stats") = false,
              nb::arg("sparse_verify") = false, nb::arg("ffn_observe") = false, nb::arg("precision") = "high",
+             nb::kw_only(), nb::arg("device") = "cpu", nb::arg("n_gpu_layers") = -1, nb::arg("vram_budget") = 0.0,
+             nb::arg("sim_memory") = 0.0, nb::arg("sim_copy_latency_us") = 0.0, nb::arg("sim_copy_ns_per_byte") = 0.0,
              "n_ctx 0: the model's training context (at most 4096); n_threads <= 0: all cores; "
              "type_kv: KV cache element type, 'f16' (or 1) or 'f32' (or 0, for exact comparisons); "
              "sparse: FFN mode 'off', 'exact', 'predictor', 'threshold' or 'auto'; sparse_stats / sparse_verify: "
              "collect per-layer statistics (verify also runs a dense twin); ffn_observe: |act| histograms; "
-             "precision: activations meeting quantized weights, 'high' (~16 bits) or 'fast' (8 bits, as llama.cpp).")
+             "precision: activations meeting quantized weights, 'high' (~16 bits) or 'fast' (8 bits, as llama.cpp); "
+             "device: 'cpu' or 'sim' (a simulated GPU), n_gpu_layers (-1: all that fit), vram_budget in GiB (0: all "
+             "of the device), sim_memory in GiB (0: 24), sim copy costs.")
+        .def_prop_ro("device", &Context::device, "'CPU', or the device the plan puts layers on.")
+        .def_prop_ro("notice", &Context::notice, "What the device plan could not do as asked ('' if nothing).")
+        .def_prop_ro("plan_text", &Context::plan_text, "The device plan in words ('' without a device).")
+        .def("plan", &Context::plan, "Per layer (on_device, k): k FFN neurons [0, k) on the device.")
+        .def("transfer_stats", &Context::transfer_stats, nb::arg("decode") = true,
+             "Host <-> device traffic of single-token decodes (decode=True) or of prompt batches.")
+        .def("reset_transfer_stats", &Context::reset_transfer_stats)
         .def_prop_ro("sparse_mode", &Context::sparse_mode, "The sparse FFN mode this context runs (auto resolved).")
         .def("sparse_stats", &Context::sparse_stats, "Per-layer active fractions, FLOPs, recall, logit difference.")
         .def("reset_sparse_stats", &Context::reset_sparse_stats)

@@ -1,0 +1,414 @@
+// Every op on every backend against the CPU: a table of cases (each op,
+// every weight type where it applies, odd / strided / broadcast shapes, the
+// sparse ops with neuron ranges [b, e) and index lists, T = 1, 5, 40), each
+// run on a backend under test and on a reference, compared at a stated
+// per-case tolerance (normalised mean squared error, and exact equality for
+// index lists). Pairs: cpu-scalar vs cpu-simd, sim vs cpu. A new backend is
+// one more row in `targets`.
+//
+// Also here: the contracts of the backend layer itself -- the CPU backend
+// refuses device memory, sim refuses host memory outside a transfer, budgets
+// hold, events order two queues.
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <algorithm>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ggml-backend-sim.h"
+#include "ggml-backend.h"
+#include "ggml.h"
+
+static int g_fail = 0, g_cases = 0;
+#define CHECK(cond, ...)                                             \
+    do {                                                             \
+        if (!(cond)) {                                               \
+            if (++g_fail < 40) {                                     \
+                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+                fprintf(stderr, __VA_ARGS__);                        \
+                fprintf(stderr, "\n");                               \
+            }                                                        \
+        }                                                            \
+    } while (0)
+
+// ---------------------------------------------------------------- inputs
+
+// The leafs of one case with their host bytes, made from a seed so that every
+// run of the case sees the same values.
+struct inputs {
+    std::mt19937 rng;
+    std::vector<std::pair<ggml_tensor *, std::vector<uint8_t>>> leafs;
+    ggml_context *ctx;
+
+    inputs(ggml_context *c, uint32_t seed) : rng(seed), ctx(c) {}
+
+    float u(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(rng); }
+
+    ggml_tensor *add(ggml_tensor *t, std::vector<uint8_t> bytes) {
+        leafs.push_back({t, std::move(bytes)});
+        return t;
+    }
+    ggml_tensor *f32(int64_t ne0, int64_t ne1 = 1, int64_t ne2 = 1, int64_t ne3 = 1, float lo = -1, float hi = 1) {
+        ggml_tensor *t = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, ne0, ne1, ne2, ne3);
+        std::vector<uint8_t> b(ggml_nbytes(t));
+        float *f = (float *)b.data();
+        for (int64_t i = 0; i < ggml_nelements(t); i++) f[i] = u(lo, hi);
+        return add(t, std::move(b));
+    }
+    // A weight matrix [K, M] of type t, quantized by the reference quantizer.
+    ggml_tensor *weights(ggml_type type, int64_t K, int64_t M) {
+        std::vector<float> f((size_t)(K * M));
+        for (float &v : f) v = u(-1, 1);
+        ggml_tensor *t = ggml_new_tensor_2d(ctx, type, K, M);
+        std::vector<uint8_t> b(ggml_nbytes(t));
+        ggml_quantize_chunk(type, f.data(), b.data(), M, K);
+        return add(t, std::move(b));
+    }
+    ggml_tensor *i32(const std::vector<int32_t> &v, int64_t ne0, int64_t ne1 = 1) {
+        ggml_tensor *t = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, ne0, ne1);
+        std::vector<uint8_t> b(v.size() * 4);
+        memcpy(b.data(), v.data(), b.size());
+        return add(t, std::move(b));
+    }
+    // An active index list over n neurons for T tokens (ggml.h layout), each
+    // neuron active with probability p; the last column is the union.
+    ggml_tensor *index_list(int64_t n, int64_t T, double p) {
+        const int64_t C = T == 1 ? 1 : T + 1;
+        std::vector<int32_t> v((size_t)((n + 1) * C), -1);
+        std::vector<char> any((size_t)n, 0);
+        for (int64_t t = 0; t < T; t++) {
+            int32_t m = 0;
+            for (int64_t i = 0; i < n; i++)
+                if (u(0, 1) < p) {
+                    v[(size_t)(t * (n + 1) + 1 + m++)] = (int32_t)i;
+                    any[(size_t)i] = 1;
+                }
+            v[(size_t)(t * (n + 1))] = m;
+        }
+        if (C > 1) {
+            int32_t m = 0;
+            for (int64_t i = 0; i < n; i++)
+                if (any[(size_t)i]) v[(size_t)(T * (n + 1) + 1 + m++)] = (int32_t)i;
+            v[(size_t)(T * (n + 1))] = m;
+        }
+        return i32(v, n + 1, C);
+    }
+};
+
+// ---------------------------------------------------------------- cases
+
+struct op_case {
+    std::string name;
+    double tol;  // max NMSE between backends (0: bit-identical required)
+    std::function<ggml_tensor *(inputs &)> build;
+};
+
+static const ggml_type k_weight_types[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q4_0,
+                                           GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0,
+                                           GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
+                                           GGML_TYPE_Q6_K};
+
+static std::vector<op_case> make_cases() {
+    std::vector<op_case> cs;
+    auto add = [&](std::string name, double tol, std::function<ggml_tensor *(inputs &)> f) {
+        cs.push_back({std::move(name), tol, std::move(f)});
+    };
+    for (int64_t T : {1, 5, 40}) {
+        const std::string t = " T=" + std::to_string(T);
+        add("add broadcast" + t, 0, [T](inputs &in) { return ggml_add(in.ctx, in.f32(37, T, 3), in.f32(37, 1, 3)); });
+        add("mul broadcast" + t, 0, [T](inputs &in) { return ggml_mul(in.ctx, in.f32(64, T), in.f32(64)); });
+        add("scale" + t, 0, [T](inputs &in) { return ggml_scale(in.ctx, in.f32(33, T), 0.37f); });
+        add("rms_norm" + t, 1e-10, [T](inputs &in) { return ggml_rms_norm(in.ctx, in.f32(96, T), 1e-5f); });
+        add("norm" + t, 1e-10, [T](inputs &in) { return ggml_norm(in.ctx, in.f32(96, T), 1e-5f); });
+        add("relu" + t, 0, [T](inputs &in) { return ggml_relu(in.ctx, in.f32(70, T)); });
+        add("silu" + t, 1e-10, [T](inputs &in) { return ggml_silu(in.ctx, in.f32(70, T, 1, 1, -6, 6)); });
+        add("gelu" + t, 1e-8, [T](inputs &in) { return ggml_gelu(in.ctx, in.f32(70, T, 1, 1, -6, 6)); });
+        add("swiglu" + t, 1e-10, [T](inputs &in) { return ggml_swiglu(in.ctx, in.f32(48, T), in.f32(48, T)); });
+        add("reglu" + t, 0, [T](inputs &in) { return ggml_reglu(in.ctx, in.f32(48, T), in.f32(48, T)); });
+        add("geglu" + t, 1e-8, [T](inputs &in) { return ggml_geglu(in.ctx, in.f32(48, T), in.f32(48, T)); });
+        add("soft_max mask scale" + t, 1e-10, [T](inputs &in) {
+            return ggml_soft_max_ext(in.ctx, in.f32(T + 7, T, 4, 1, -3, 3), in.f32(T + 7, T, 1, 1, -2, 0), 0.125f);
+        });
+        add("argmax" + t, 0, [T](inputs &in) { return ggml_argmax(in.ctx, in.f32(101, T)); });
+        for (int mode : {GGML_ROPE_NORMAL, GGML_ROPE_NEOX})
+            add(std::string("rope ") + (mode ? "neox" : "normal") + t, 1e-9, [T, mode](inputs &in) {
+                std::vector<int32_t> pos((size_t)T);
+                for (int64_t i = 0; i < T; i++) pos[(size_t)i] = (int32_t)(3 * i + 11);
+                return ggml_rope(in.ctx, in.f32(64, 3, T), in.i32(pos, T), 48, mode, 10000.0f, 1.0f);
+            });
+        add("cpy f32->f16 of a transpose" + t, 0, [T](inputs &in) {
+            ggml_tensor *a = in.f32(T, 29);
+            ggml_tensor *dst = ggml_new_tensor_2d(in.ctx, GGML_TYPE_F16, 29, T);
+            in.add(dst, std::vector<uint8_t>(ggml_nbytes(dst), 0));
+            return ggml_cont(in.ctx, ggml_cpy(in.ctx, ggml_transpose(in.ctx, a), dst));
+        });
+        add("cont of a permute" + t, 0, [T](inputs &in) {
+            return ggml_cont(in.ctx, ggml_permute(in.ctx, in.f32(8, T, 3), 0, 2, 1, 3));
+        });
+        add("sparse_select" + t, 0, [T](inputs &in) { return ggml_sparse_select(in.ctx, in.f32(77, T), 0.2f); });
+        add("sparse_select_abs" + t, 0, [T](inputs &in) { return ggml_sparse_select_abs(in.ctx, in.f32(77, T), 0.5f); });
+        add("sparse_mask" + t, 0, [T](inputs &in) { return ggml_sparse_mask(in.ctx, in.f32(77, T), 0.3f); });
+        for (ggml_type wt : k_weight_types) {
+            const int64_t K = ggml_blck_size(wt) == 256 ? 256 : 96, M = 19;
+            const std::string w = std::string(" ") + ggml_type_name(wt) + t;
+            const double tol = 1e-9;
+            add("mul_mat" + w, tol, [=](inputs &in) { return ggml_mul_mat(in.ctx, in.weights(wt, K, M), in.f32(K, T)); });
+            add("mul_mat prec high" + w, 1e-8, [=](inputs &in) {  // the scalar path dots a converted residual row
+                ggml_tensor *r = ggml_mul_mat(in.ctx, in.weights(wt, K, M), in.f32(K, T));
+                ggml_set_prec(r, GGML_PREC_HIGH);
+                return r;
+            });
+            add("mul_mat broadcast, strided b" + w, tol, [=](inputs &in) {
+                ggml_tensor *a = ggml_reshape_3d(in.ctx, in.weights(wt, K, 2 * M), K, M, 2);
+                ggml_tensor *b = ggml_permute(in.ctx, in.f32(K, 4, T), 0, 2, 1, 3);  // [K, T, 4], strided
+                return ggml_mul_mat(in.ctx, a, b);
+            });
+            add("get_rows" + w, 0, [=](inputs &in) {
+                return ggml_get_rows(in.ctx, in.weights(wt, K, M), in.i32({3, 0, 18, 3, 7}, 5));
+            });
+            const int64_t n = 64;  // neurons
+            for (auto range : {std::pair<int64_t, int64_t>{0, n}, {0, 32}, {32, n}, {20, 20}}) {
+                const int64_t b = range.first, e = range.second;
+                const std::string r = " [" + std::to_string(b) + "," + std::to_string(e) + ")" + w;
+                // rows outside [b, e) are not written (another device owns them): compare [b, e)
+                if (e > b) {
+                    add("mul_mat_sparse_rows" + r, tol, [=](inputs &in) {
+                        ggml_tensor *y = ggml_mul_mat_sparse_rows(in.ctx, in.weights(wt, K, n), in.f32(K, T),
+                                                                  in.index_list(n, T, 0.3), b, e);
+                        return ggml_cont(in.ctx, ggml_view_2d(in.ctx, y, e - b, T, y->nb[1], (size_t)b * y->nb[0]));
+                    });
+                    add("mul_mat_sparse_rows_bundle g=2" + r, tol, [=](inputs &in) {
+                        ggml_tensor *y = ggml_mul_mat_sparse_rows_bundle(in.ctx, in.weights(wt, K, 2 * n), in.f32(K, T),
+                                                                         in.index_list(n, T, 0.3), b, e, 2);
+                        return ggml_cont(in.ctx, ggml_view_3d(in.ctx, y, e - b, T, 2, y->nb[1], y->nb[2], (size_t)b * y->nb[0]));
+                    });
+                }
+                if (b % ggml_blck_size(wt) == 0 && e % ggml_blck_size(wt) == 0 && n % ggml_blck_size(wt) == 0)
+                    add("sparse_down" + r, 1e-10, [=](inputs &in) {
+                        return ggml_sparse_down(in.ctx, in.weights(wt, K, n), nullptr, in.f32(n, T), in.index_list(n, T, 0.3), b, e);
+                    });
+            }
+            if (T <= GGML_SPARSE_FFN_MAX_T)
+                add("sparse_ffn_bundle" + w, 1e-9, [=](inputs &in) {
+                    return ggml_sparse_ffn_bundle(in.ctx, in.weights(wt, K, 3 * n), nullptr, nullptr, nullptr, in.f32(K, T),
+                                                  in.index_list(n, T, 0.25), GGML_OP_SWIGLU, false);
+                });
+        }
+        add("sparse_predict" + t, 1e-9, [T](inputs &in) {
+            return ggml_sparse_predict(in.ctx, in.weights(GGML_TYPE_F16, 64, 16), in.weights(GGML_TYPE_F16, 16, 50),
+                                       in.f32(64, T), 0.0f);
+        });
+    }
+    return cs;
+}
+
+// ---------------------------------------------------------------- running
+
+struct target {
+    const char *name;
+    ggml_backend_t be;   // the backend that computes the case (the CPU backend for cpu runs)
+    bool scalar;         // CPU kernels forced to the portable path
+};
+
+// Runs one case on t; returns the output bytes and its type.
+static bool run_case(const op_case &c, const target &t, ggml_backend_t cpu, std::vector<uint8_t> &out, ggml_type &type) {
+    ggml_init_params ip = {64ull << 20, nullptr, true};
+    ggml_context *ctx = ggml_init(ip);
+    ggml_set_backend(ctx, t.be);
+    inputs in(ctx, 1234);
+    ggml_tensor *r = c.build(in);
+    ggml_set_output(r);
+    ggml_cgraph *g = ggml_new_graph(ctx);
+    ggml_build_forward_expand(g, r);
+    // the leafs in the target's memory, through the buffer API
+    size_t total = 0;
+    for (auto &l : in.leafs) total += (ggml_nbytes(l.first) + 255) / 256 * 256;
+    ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(ggml_backend_get_default_buffer_type(t.be), total);
+    size_t offs = 0;
+    for (auto &l : in.leafs) {
+        ggml_backend_tensor_alloc(buf, l.first, offs);
+        ggml_backend_tensor_set(l.first, l.second.data(), 0, l.second.size());
+        offs += (ggml_nbytes(l.first) + 255) / 256 * 256;
+    }
+    ggml_backend_t bes[2] = {t.be, cpu};
+    ggml_backend_sched *s = t.be == cpu ? ggml_backend_sched_new(&cpu, 1) : ggml_backend_sched_new(bes, 2);
+    ggml_cpu_force_scalar(t.scalar);
+    bool ok = ggml_backend_sched_alloc_graph(s, g) && ggml_backend_sched_graph_compute(s, g) == 0;
+    ggml_cpu_force_scalar(0);
+    if (ok) {
+        out.resize(ggml_nbytes(r));
+        type = r->type;
+        ggml_backend_tensor_get(r, out.data(), 0, out.size());
+    } else {
+        fprintf(stderr, "  %s on %s: %s\n", c.name.c_str(), t.name, ggml_backend_last_error());
+    }
+    ggml_backend_sched_free(s);
+    ggml_backend_buffer_free(buf);
+    ggml_free(ctx);
+    return ok;
+}
+
+static void compare(const op_case &c, const char *pair, const std::vector<uint8_t> &a, const std::vector<uint8_t> &b,
+                    ggml_type type) {
+    g_cases++;
+    if (a.size() != b.size()) {
+        CHECK(false, "%s (%s): output sizes differ", c.name.c_str(), pair);
+        return;
+    }
+    if (type != GGML_TYPE_F32) {  // index lists, argmax: exactly
+        CHECK(a == b, "%s (%s): integer outputs differ", c.name.c_str(), pair);
+        return;
+    }
+    const float *x = (const float *)a.data(), *y = (const float *)b.data();
+    const size_t n = a.size() / 4;
+    double err = 0, ref = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (std::isnan(x[i]) != std::isnan(y[i])) {
+            CHECK(false, "%s (%s): NaN at %zu", c.name.c_str(), pair, i);
+            return;
+        }
+        err += ((double)x[i] - y[i]) * ((double)x[i] - y[i]);
+        ref += (double)x[i] * x[i];
+    }
+    const double nmse = ref > 0 ? err / ref : err;
+    CHECK(nmse <= c.tol, "%s (%s): NMSE %.3g above the tolerance %.3g", c.name.c_str(), pair, nmse, c.tol);
+}
+
+static void test_ops(ggml_backend_t cpu, ggml_backend_t sim) {
+    const std::vector<op_case> cases = make_cases();
+    // (under test, reference): the reference is always the CPU
+    const target cpu_simd{"cpu", cpu, false}, cpu_scalar{"cpu-scalar", cpu, true}, simt{"sim", sim, false};
+    const std::pair<target, target> pairs[] = {{cpu_scalar, cpu_simd}, {simt, cpu_simd}};
+    for (const op_case &c : cases)
+        for (const auto &pr : pairs) {
+            std::vector<uint8_t> a, b;
+            ggml_type ta = GGML_TYPE_F32, tb = GGML_TYPE_F32;
+            const bool oka = run_case(c, pr.second, cpu, a, ta), okb = run_case(c, pr.first, cpu, b, tb);
+            CHECK(oka && okb, "%s: failed to run (%s vs %s)", c.name.c_str(), pr.first.name, pr.second.name);
+            if (oka && okb) {
+                const std::string pair = std::string(pr.first.name) + " vs " + pr.second.name;
+                // the pair sim/cpu runs the same kernels: it must agree bit for bit whatever the stated tolerance
+                op_case cc = c;
+                if (pr.first.be == sim) cc.tol = 0;
+                compare(cc, pair.c_str(), a, b, ta);
+            }
+        }
+}
+
+// ---------------------------------------------------------------- contracts
+
+static void test_contracts(ggml_backend_t cpu) {
+    ggml_backend_sim_params sp = ggml_backend_sim_default_params();
+    sp.memory_bytes = 1 << 20;
+    ggml_backend_t sim = ggml_backend_sim_init(sp);
+    ggml_backend_buffer_type_t dev = ggml_backend_get_default_buffer_type(sim);
+    CHECK(!ggml_backend_buft_is_host(dev), "sim memory must be non-host");
+    // budget: 1 MiB holds 768 KiB once, not twice
+    ggml_backend_buffer_t b1 = ggml_backend_buft_alloc_buffer(dev, 768 << 10);
+    CHECK(b1 != nullptr, "768 KiB in a 1 MiB budget");
+    ggml_backend_buffer_t b2 = ggml_backend_buft_alloc_buffer(dev, 768 << 10);
+    CHECK(b2 == nullptr, "a second 768 KiB must exceed the budget");
+    CHECK(strstr(ggml_backend_last_error(), "over the memory budget") != nullptr, "error names the budget: %s",
+          ggml_backend_last_error());
+    ggml_backend_buffer_free(b1);
+    b2 = ggml_backend_buft_alloc_buffer(dev, 768 << 10);
+    CHECK(b2 != nullptr, "freed memory returns to the budget");
+
+    // the CPU backend refuses a node reading device memory
+    ggml_init_params ip = {1 << 20, nullptr, true};
+    ggml_context *ctx = ggml_init(ip);
+    ggml_tensor *x = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 256);
+    ggml_backend_tensor_alloc(b2, x, 0);
+    std::vector<float> v(256);
+    for (int i = 0; i < 256; i++) v[(size_t)i] = (float)i - 100;
+    ggml_backend_tensor_set(x, v.data(), 0, sizeof(float) * 256);
+    ggml_tensor *y = ggml_relu(ctx, x);  // built for the CPU (no backend set)
+    ggml_cgraph *g = ggml_new_graph(ctx);
+    ggml_build_forward_expand(g, y);
+    ggml_backend_sched *s = ggml_backend_sched_new(&cpu, 1);
+    CHECK(ggml_backend_sched_alloc_graph(s, g), "plan");
+    CHECK(ggml_backend_sched_graph_compute(s, g) != 0, "the CPU must refuse device memory");
+    CHECK(strstr(ggml_backend_last_error(), "a transfer is missing") != nullptr, "error: %s", ggml_backend_last_error());
+    ggml_backend_sched_free(s);
+
+    // with a transfer it runs: device -> host copy made by the device, relu on the CPU
+    ggml_context *ctx2 = ggml_init(ip);
+    ggml_tensor *x2 = ggml_new_tensor_1d(ctx2, GGML_TYPE_F32, 256);
+    ggml_backend_tensor_alloc(b2, x2, 4096);
+    ggml_backend_tensor_set(x2, v.data(), 0, sizeof(float) * 256);
+    ggml_set_backend(ctx2, sim);
+    ggml_tensor *xh = ggml_transfer(ctx2, ggml_scale(ctx2, x2, 2.0f), true);
+    ggml_set_backend(ctx2, nullptr);
+    ggml_tensor *y2 = ggml_relu(ctx2, xh);
+    ggml_set_backend(ctx2, sim);
+    ggml_tensor *y2d = ggml_transfer(ctx2, y2, false);  // back up
+    ggml_tensor *z = ggml_add(ctx2, y2d, x2);
+    ggml_set_output(z);
+    ggml_cgraph *g2 = ggml_new_graph(ctx2);
+    ggml_build_forward_expand(g2, z);
+    ggml_backend_t bes[2] = {sim, cpu};
+    s = ggml_backend_sched_new(bes, 2);
+    ggml_backend_sim_reset_counters(sim);
+    CHECK(ggml_backend_sched_alloc_graph(s, g2), "plan: %s", ggml_backend_last_error());
+    CHECK(ggml_backend_sched_graph_compute(s, g2) == 0, "compute: %s", ggml_backend_last_error());
+    std::vector<float> out(256);
+    ggml_backend_tensor_get(z, out.data(), 0, sizeof(float) * 256);
+    for (int i = 0; i < 256; i++) CHECK(out[(size_t)i] == fmaxf(0.0f, 2.0f * v[(size_t)i]) + v[(size_t)i], "value %d", i);
+    ggml_backend_sim_counters c;
+    ggml_backend_sim_get_counters(sim, &c);
+    CHECK(c.bytes_d2h >= 1024 && c.bytes_h2d >= 1024, "counted both copies: %llu / %llu", (unsigned long long)c.bytes_d2h,
+          (unsigned long long)c.bytes_h2d);
+    ggml_backend_sched_stats st;
+    ggml_backend_sched_get_stats(s, &st);
+    CHECK(st.n_segments == 3 && st.n_event_waits == 1, "segments %d, waits %d", st.n_segments, st.n_event_waits);
+    ggml_backend_sched_free(s);
+
+    // sim refuses a compute node on host memory (no transfer)
+    ggml_context *ctx3 = ggml_init(ip);
+    ggml_tensor *h = ggml_new_tensor_1d(ctx3, GGML_TYPE_F32, 16);
+    std::vector<float> hv(16, 1.0f);
+    h->data = hv.data();  // caller-owned host memory
+    ggml_set_backend(ctx3, sim);
+    ggml_tensor *hy = ggml_scale(ctx3, h, 3.0f);
+    ggml_cgraph *g3 = ggml_new_graph(ctx3);
+    ggml_build_forward_expand(g3, hy);
+    s = ggml_backend_sched_new(bes, 2);
+    CHECK(ggml_backend_sched_alloc_graph(s, g3), "plan");
+    CHECK(ggml_backend_sched_graph_compute(s, g3) != 0, "sim must refuse host memory");
+    CHECK(strstr(ggml_backend_last_error(), "host memory") != nullptr, "error: %s", ggml_backend_last_error());
+    ggml_backend_sched_free(s);
+
+    // events: the host waits for the device's queue to pass a point
+    ggml_backend_event_t ev = ggml_backend_event_new(sim);
+    ggml_backend_event_record(ev);
+    ggml_backend_event_synchronize(ev);
+    CHECK(ggml_backend_event_query(ev), "a synchronized event has been reached");
+    ggml_backend_event_free(ev);
+
+    ggml_free(ctx);
+    ggml_free(ctx2);
+    ggml_free(ctx3);
+    ggml_backend_buffer_free(b2);
+    ggml_backend_free(sim);
+}
+
+int main() {
+    ggml_backend_t cpu = ggml_backend_cpu_init(2);
+    ggml_backend_sim_params sp = ggml_backend_sim_default_params();
+    sp.n_threads = 1;
+    ggml_backend_t sim = ggml_backend_sim_init(sp);
+    test_ops(cpu, sim);
+    test_contracts(cpu);
+    ggml_backend_free(sim);
+    ggml_backend_free(cpu);
+    printf("test-backend-ops: %d comparisons on %s kernels\n", g_cases, ggml_cpu_backend_name());
+    if (g_fail) {
+        fprintf(stderr, "%d checks failed\n", g_fail);
+        return 1;
+    }
+    return 0;
+}
