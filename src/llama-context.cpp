@@ -161,6 +161,8 @@ void context::decode(const int32_t *tokens, int n, bool all_logits) {
 }
 
 void context::decode_batch(const int32_t *tokens, int n, int n_outputs, float *out, kv_cache &kv, ffn_build *fb) {
+    using clock = std::chrono::steady_clock;
+    const auto t_begin = clock::now();
     ggml_init_params ip = {arena_.size(), arena_.data(), true};
     ggml_context *ctx = ggml_init(ip);
     if (!ctx) throw std::runtime_error("out of memory");
@@ -207,7 +209,9 @@ void context::decode_batch(const int32_t *tokens, int n, int n_outputs, float *o
 
     ggml_backend_sim_counters c0{}, c1{};
     if (in.dev) ggml_backend_sim_get_counters(dev_, &c0);
+    const auto t_compute = clock::now();
     const int rc = ggml_backend_sched_graph_compute(sched_, gf);
+    const auto t_computed = clock::now();
     if (rc != 0) {
         ggml_free(ctx);
         throw std::runtime_error(std::string("graph compute failed: ") + ggml_backend_last_error());
@@ -230,6 +234,11 @@ void context::decode_batch(const int32_t *tokens, int n, int n_outputs, float *o
     if (fb && fb->observe) accumulate_ffn_observer(model_, *fb, observer_);
     if (n_outputs > 0) ggml_backend_tensor_get(logits, out, 0, sizeof(float) * (size_t)n_outputs * model_.hp.n_vocab);
     ggml_free(ctx);
+    if (n == 1) {
+        const auto t_end = clock::now();
+        tm.t_host_ms += std::chrono::duration<double, std::milli>((t_compute - t_begin) + (t_end - t_computed)).count();
+        tm.n_host++;
+    }
 }
 
 }  // namespace pinfer

@@ -55,6 +55,10 @@ struct verify_stats {
 struct timings {
     double t_prompt_ms = 0, t_eval_ms = 0;
     int n_prompt = 0, n_eval = 0;
+    // host work of single-token decodes outside the kernels: building the
+    // graph, planning it, inputs in and logits out
+    double t_host_ms = 0;
+    int n_host = 0;
 };
 
 class context {

@@ -247,6 +247,7 @@ pinfer_context_params pinfer_context_default_params(void) {
     p.sim_memory = 0;
     p.sim_copy_latency_us = 0;
     p.sim_copy_ns_per_byte = 0;
+    p.sim_threads = 1;
     return p;
 }
 
@@ -291,6 +292,8 @@ pinfer_context *pinfer_context_new(pinfer_model *model, pinfer_context_params pa
             throw std::invalid_argument("sim copy costs must be finite and >= 0");
         p.sim_copy_latency_us = params.sim_copy_latency_us;
         p.sim_copy_ns_per_byte = params.sim_copy_ns_per_byte;
+        if (params.sim_threads < 1 || params.sim_threads > 256) throw std::invalid_argument("sim_threads must be in [1, 256]");
+        p.sim_threads = params.sim_threads;
         auto *pc = new pinfer_context();
         try {
             pc->c = std::make_unique<pinfer::context>(*model->m, p);
@@ -473,6 +476,8 @@ pinfer_timings pinfer_get_timings(const pinfer_context *ctx) {
     t.n_prompt = ctx->c->tm.n_prompt;
     t.t_eval_ms = ctx->c->tm.t_eval_ms;
     t.n_eval = ctx->c->tm.n_eval;
+    t.t_host_ms = ctx->c->tm.t_host_ms;
+    t.n_host = ctx->c->tm.n_host;
     return t;
 }
 

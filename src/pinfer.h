@@ -122,6 +122,7 @@ struct pinfer_context_params {
     uint64_t sim_memory;    // sim: the simulated card's memory in bytes; 0: 24 GiB
     double sim_copy_latency_us;   // sim: charged per host <-> device copy
     double sim_copy_ns_per_byte;  // sim: ... plus per byte
+    int32_t sim_threads;          // sim: its kernel threads (default 1)
 };
 
 // Precision of the activations that meet quantized weights. HIGH: about 15
@@ -236,6 +237,8 @@ struct pinfer_timings {
     int32_t n_prompt;   // tokens evaluated in calls with n > 1
     double t_eval_ms;
     int32_t n_eval;     // tokens evaluated one at a time
+    double t_host_ms;   // of those: host work outside the kernels (graph, plan, inputs, logits)
+    int32_t n_host;
 };
 struct pinfer_timings pinfer_get_timings(const struct pinfer_context *ctx);
 void pinfer_reset_timings(struct pinfer_context *ctx);

@@ -470,6 +470,11 @@ void print_timings(const session &s, double t_load_ms) {
     line("eval time", t.t_eval_ms, t.n_eval);
     fprintf(stderr, "pinfer: %16s = %10.2f ms / %5d tokens\n", "total time", t.t_prompt_ms + t.t_eval_ms,
             t.n_prompt + t.n_eval);
+    if (t.n_host > 0) {
+        const double us = 1e3 * t.t_host_ms / t.n_host;
+        fprintf(stderr, "pinfer: %16s = %10.1f us per generated token (%.1f us per layer; graph, plan, inputs, logits)\n",
+                "host time", us, us / std::max(1, pinfer_model_n_layer(s.model)));
+    }
 }
 
 // --vram-budget: which placement entry the runtime selects for the budget.
@@ -520,7 +525,7 @@ void print_transfers(const session &s) {
         pinfer_transfer_stats t;
         if (pinfer_get_transfer_stats(s.ctx, decode, &t) != 0 || t.n_graphs == 0) continue;
         const double g = decode ? (double)t.n_graphs : 1.0;
-        fprintf(stderr, "pinfer: device traffic %s: %.1f KiB down, %.1f KiB up, %.1f copies, %.1f event waits, %.1f device syncs\n",
+        fprintf(stderr, "pinfer: device traffic %s: %.1f KiB to the device, %.1f KiB back, %.1f copies, %.1f event waits, %.1f device syncs\n",
                 decode ? "per generated token" : "for the prompt", t.bytes_h2d / 1024.0 / g, t.bytes_d2h / 1024.0 / g,
                 t.n_copies / g, t.n_waits / g, t.n_syncs / g);
     }

@@ -1,0 +1,200 @@
+"""The hybrid engine on the simulated device (shared/HYBRID.md): per layer the
+device holds the attention and a hot FFN prefix [0, k), the CPU computes the
+rest at the same time.
+
+Reference: the same model on the CPU alone (pinfer's dense / sparse modes,
+themselves checked against transformers elsewhere). The split only changes
+summation order, so logits agree to float rounding and greedy tokens are
+identical. Traffic is checked against the byte formula of the plan.
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tinymodel  # noqa: E402
+
+from pinfer import _core, extgguf  # noqa: E402
+from pinfer.cli import find_tool  # noqa: E402
+
+RTOL = 2e-5
+N_FF = 128
+N_LAYER = 3
+
+
+def rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+def prompt(n, seed=0):
+    return np.random.default_rng(seed).integers(0, tinymodel.vocab_size(), size=n).tolist()
+
+
+def gguf_tensor(path, name):
+    t = next(t for t in _core.GGUFReader(path).tensors if t.name == name)
+    return extgguf.to_f32(t)
+
+
+def with_placement(src, dst, k):
+    """src with one placement entry (budget 1 byte) giving prefix k[l] per layer:
+    the plan takes the entry below any larger budget, so k is what runs."""
+    return extgguf.add_sparse(src, dst, placements=[{"budget_bytes": 1, "solver": "test", "gpu_neurons": list(k)}])
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hybrid")
+    hf = tinymodel.make_hf_model(act="relu", n_ff=N_FF, n_layer=N_LAYER, seed=4)
+    relu = extgguf.add_down_t(tinymodel.write_gguf(hf, str(d / "relu0.gguf"), ffn_act="relu"), str(d / "relu.gguf"))
+    # an exact predictor (superset of the active set): predictor mode is then the dense function
+    preds = []
+    for il in range(N_LAYER):
+        w = gguf_tensor(relu, f"blk.{il}.ffn_gate.weight")
+        preds.append((np.concatenate([w, -w]), np.concatenate([np.eye(N_FF), -np.eye(N_FF)], axis=1)))
+    pred = extgguf.add_sparse(relu, str(d / "pred.gguf"), predictors=preds, threshold=-1e-3)
+    hs = tinymodel.make_hf_model(act="silu", n_ff=N_FF, n_layer=N_LAYER, seed=5)
+    silu = extgguf.add_down_t(tinymodel.write_gguf(hs, str(d / "silu0.gguf"), ffn_act="silu"), str(d / "silu1.gguf"))
+    thr = extgguf.add_sparse(silu, str(d / "thr.gguf"), act_thresholds=[0.02] * N_LAYER)
+    return {"off": relu, "exact": relu, "predictor": pred, "threshold": thr, "dir": d}
+
+
+def context(path, mode="off", device="cpu", threads=2, **kw):
+    return _core.Context(_core.Model(path), 128, 64, threads, "f32", mode, device=device, **kw)
+
+
+def logits_of(c, toks):
+    c.decode(toks, all_logits=True)
+    return c.logits_all().copy()
+
+
+def greedy(c, toks, n):
+    c.decode(toks)
+    out = []
+    for _ in range(n):
+        t = int(np.argmax(c.logits()))
+        out.append(t)
+        c.decode([t])
+    return out
+
+
+MIXES = {"none": [0, 0, 0], "half": [N_FF // 2] * N_LAYER, "all": [N_FF] * N_LAYER, "mixed": [0, N_FF // 2, N_FF]}
+
+
+@pytest.mark.parametrize("mode", ["off", "exact", "predictor", "threshold"])
+@pytest.mark.parametrize("mix", list(MIXES))
+@pytest.mark.parametrize("T", [1, 5, 40])
+def test_hybrid_equals_cpu(models, mode, mix, T):
+    path = with_placement(models[mode], str(models["dir"] / f"{mode}_{mix}.gguf"), MIXES[mix])
+    toks = prompt(T, seed=T)
+    ref = logits_of(context(path, mode), toks)
+    c = context(path, mode, device="sim")
+    assert c.device == "sim"
+    assert c.plan() == [(True, k) for k in MIXES[mix]]
+    assert rel(logits_of(c, toks), ref) <= RTOL
+    # then token by token (the T = 1 kernels and the fused bundle), with greedy tokens identical
+    cc, cs = context(path, mode), context(path, mode, device="sim")
+    assert greedy(cs, toks[:3], 6) == greedy(cc, toks[:3], 6)
+    assert rel(cs.logits(), cc.logits()) <= RTOL
+
+
+@pytest.mark.parametrize("mode", ["off", "predictor"])
+def test_traffic_per_token_is_the_formula(models, mode):
+    """Per decoded token: x up once, pos and the mask up; per hybrid layer the
+    normalised state (and in predictor mode the list, n + 1 int32) down and the
+    CPU's partial up; x down once at the end. One event wait per hybrid layer
+    plus one for the output, one device sync per token."""
+    k = [0, N_FF // 2, N_FF]  # layer 2 keeps its whole FFN: no traffic there
+    path = with_placement(models[mode], str(models["dir"] / f"{mode}_traffic.gguf"), k)
+    c = context(path, mode, device="sim")
+    d = c.n_embd if hasattr(c, "n_embd") else _core.Model(path).n_embd
+    toks = prompt(4, seed=1)
+    c.decode(toks)
+    c.reset_transfer_stats()
+    n_steps = 5
+    for i in range(n_steps):
+        c.decode([toks[i % 4]])
+    st = c.transfer_stats(True)
+    assert st["n_graphs"] == n_steps and st["n_tokens"] == n_steps
+    hybrid = sum(1 for kk in k if kk < N_FF)
+    n_kv = sum(len(toks) + i + 1 for i in range(n_steps))  # mask columns over the steps
+    idx = 4 * (N_FF + 1) if mode == "predictor" else 0
+    assert st["bytes_h2d"] == n_steps * (4 * d + 4 + 4 * d * hybrid) + 4 * n_kv
+    assert st["bytes_d2h"] == n_steps * (4 * d * hybrid + idx * hybrid + 4 * d)
+    assert st["n_waits"] == n_steps * (hybrid + 1)
+    assert st["n_syncs"] == n_steps
+    assert st["n_copies"] == n_steps * (3 + 2 * hybrid + (hybrid if idx else 0) + 1)
+
+
+def test_thread_count_does_not_change_results(models):
+    path = with_placement(models["predictor"], str(models["dir"] / "threads.gguf"), MIXES["mixed"])
+    toks = prompt(9, seed=3)
+    a = logits_of(context(path, "predictor", device="sim", threads=1), toks)
+    b = logits_of(context(path, "predictor", device="sim", threads=2, sim_threads=2), toks)
+    assert np.array_equal(a, b)
+
+
+def test_ngl_puts_a_prefix_of_layers_on_the_device(models):
+    path = models["off"]
+    for ngl in range(N_LAYER + 1):
+        c = context(path, device="sim", n_gpu_layers=ngl)
+        assert [on for on, _ in c.plan()] == [i < ngl for i in range(N_LAYER)]
+        assert all(k == 0 for on, k in c.plan() if not on)
+    toks = prompt(7, seed=2)
+    ref = logits_of(context(path), toks)
+    assert rel(logits_of(context(path, device="sim", n_gpu_layers=2), toks), ref) <= RTOL
+
+
+def test_budgets(models):
+    path = models["off"]
+    # a budget larger than the device: a clear error before anything is allocated
+    with pytest.raises(ValueError, match="larger than the device's memory"):
+        context(path, device="sim", vram_budget=8.0, sim_memory=4.0)
+    # a budget that holds nothing: a notice, then the CPU
+    c = context(path, device="sim", vram_budget=1e-6)
+    assert c.device == "CPU" and "holds no layer" in c.notice
+    assert c.plan() == [(False, 0)] * N_LAYER
+    # no device: -ngl is a notice
+    c = context(path, n_gpu_layers=2)
+    assert c.device == "CPU" and "no device" in c.notice
+    with pytest.raises(ValueError, match="device must be"):
+        context(path, device="tpu")
+
+
+def test_statistics_need_the_cpu(models):
+    with pytest.raises(ValueError, match="CPU only"):
+        _core.Context(_core.Model(models["exact"]), 64, 64, 2, "f32", "exact", True, device="sim")
+
+
+def test_llama_class_on_the_sim(models, capsys):
+    from pinfer import Llama
+
+    path = models["off"]
+    a = Llama(path, n_ctx=64, seed=1)
+    b = Llama(path, n_ctx=64, seed=1, device="sim", n_gpu_layers=2, vram_budget=1.0)
+    assert b.plan == [(True, N_FF), (True, N_FF), (False, 0)]
+    ta = a.create_completion(prompt(4), max_tokens=8, temperature=0)["choices"][0]["text"]
+    tb = b.create_completion(prompt(4), max_tokens=8, temperature=0)["choices"][0]["text"]
+    assert ta == tb
+    st = b.transfer_stats()
+    assert st["n_graphs"] >= 5 and st["bytes_h2d"] > 0 and st["bytes_d2h"] > 0
+    Llama(path, n_ctx=64, n_gpu_layers=3)
+    assert "without a device" in capsys.readouterr().err
+
+
+def test_cli_sim_same_text_and_verbose_plan():
+    cli = find_tool("pinfer-cli")
+    args = [cli, "-p", "It is a truth universally acknowledged", "-n", "24", "--temp", "0"]
+    cpu = subprocess.run(args, capture_output=True, text=True, check=True)
+    sim = subprocess.run(args + ["--device", "sim", "--vram-budget", "0.024", "--verbose"], capture_output=True,
+                         text=True, check=True)
+    assert sim.stdout == cpu.stdout
+    assert "plan:" in sim.stderr and "hybrid" in sim.stderr
+    assert "device traffic per generated token" in sim.stderr
+    bad = subprocess.run(args + ["--device", "sim", "--vram-budget", "1000"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "larger than the device's memory" in bad.stderr
+    ngl = subprocess.run(args + ["-ngl", "4"], capture_output=True, text=True, check=True)
+    assert ngl.stdout == cpu.stdout and "notice" in ngl.stderr
