@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ggml-ops.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -94,39 +96,30 @@ ggml_bf16_t ggml_fp32_to_bf16(float f);
 size_t ggml_quantize_chunk(enum ggml_type type, const float *src, void *dst,
                            int64_t nrows, int64_t n_per_row);
 
+// The operations, one per row of GGML_OP_LIST (ggml-ops.h).
 enum ggml_op {
-    GGML_OP_NONE = 0,
-    GGML_OP_DUP,        // same-type contiguous copy (cont)
-    GGML_OP_CPY,        // copy src0 into src1 (a view), converting type
-    GGML_OP_ADD,
-    GGML_OP_MUL,
-    GGML_OP_SCALE,
-    GGML_OP_RMS_NORM,
-    GGML_OP_NORM,
-    GGML_OP_MUL_MAT,
-    GGML_OP_GET_ROWS,
-    GGML_OP_ROPE,
-    GGML_OP_SOFT_MAX,
-    GGML_OP_RELU,
-    GGML_OP_SILU,
-    GGML_OP_GELU,
-    GGML_OP_SWIGLU,     // silu(a) * b
-    GGML_OP_REGLU,      // relu(a) * b
-    GGML_OP_GEGLU,      // gelu(a) * b
-    GGML_OP_ARGMAX,
-    GGML_OP_VIEW,
-    GGML_OP_RESHAPE,
-    GGML_OP_PERMUTE,
-    GGML_OP_TRANSPOSE,
-    GGML_OP_SPARSE_SELECT,       // score > threshold -> active index list
-    GGML_OP_MUL_MAT_SPARSE_ROWS, // row-sparse matvec (gate/up)
-    GGML_OP_SPARSE_DOWN,         // column-sparse down projection on ffn_down_t
-    GGML_OP_SPARSE_MASK,         // a where |a| > threshold, else 0
-    GGML_OP_SPARSE_FFN,          // fused gated FFN over a (gate, up, down_t) neuron bundle
+#define GGML_OP_ENUM_ROW(NAME, name, n_src_min, n_src_max, view, prec, work) GGML_OP_##NAME,
+    GGML_OP_LIST(GGML_OP_ENUM_ROW)
+#undef GGML_OP_ENUM_ROW
     GGML_OP_COUNT,
 };
 
-const char *ggml_op_name(enum ggml_op op);
+// What the op table says about an op.
+struct ggml_op_traits {
+    const char *name;     // "MUL_MAT"
+    const char *key;      // "mul_mat": the lower-case name (Python, kernel names)
+    int n_src_min;        // sources required ...
+    int n_src_max;        // ... and at most
+    bool is_view;         // only reinterprets memory: nothing to compute
+    bool takes_prec;      // a weight product: honours ggml_set_prec
+};
+// NULL for an id outside [0, GGML_OP_COUNT).
+const struct ggml_op_traits *ggml_get_op_traits(enum ggml_op op);
+const char *ggml_op_name(enum ggml_op op);  // "?" outside the table
+// Name ("mul_mat" or "MUL_MAT") -> op, case-insensitive; GGML_OP_COUNT if unknown.
+enum ggml_op ggml_op_from_name(const char *name);
+// Weight products, whose activation precision ggml_set_prec chooses.
+bool ggml_op_takes_prec(enum ggml_op op);
 
 enum ggml_tensor_flag {
     GGML_TENSOR_FLAG_INPUT = 1,   // written by the caller before compute
@@ -201,8 +194,9 @@ struct ggml_tensor *ggml_norm(struct ggml_context *ctx, struct ggml_tensor *a, f
 // a [K, M, A2, A3] (any weight type, rows contiguous), b [K, N, B2, B3] F32 ->
 // F32 [M, N, B2, B3]; a is broadcast over dims 2,3 (B2 % A2 == 0, B3 % A3 == 0).
 struct ggml_tensor *ggml_mul_mat(struct ggml_context *ctx, struct ggml_tensor *a, struct ggml_tensor *b);
-// Precision of the activations of a weight product (MUL_MAT,
-// MUL_MAT_SPARSE_ROWS, SPARSE_DOWN's dense path). DEFAULT: converted once to
+// Precision of the activations of a weight product (the ops with
+// ggml_op_takes_prec: MUL_MAT, MUL_MAT_SPARSE_ROWS, SPARSE_DOWN's dense path,
+// SPARSE_FFN). DEFAULT: converted once to
 // the weight type's vec_dot_type (8 bits per value for quantized weights, as
 // llama.cpp does). HIGH: the rounding residual is converted too and dotted
 // with the same weight row while it is in registers or L1, so the product sees

@@ -204,51 +204,53 @@ struct Graph {
         check_room();
         std::vector<ggml_tensor *> s;
         for (int id : srcs) s.push_back(t(id));
-        auto need = [&](size_t lo, size_t hi) {
-            if (s.size() < lo || s.size() > hi)
-                throw nb::value_error((name + ": expects " + std::to_string(lo) +
-                                       (lo == hi ? "" : "-" + std::to_string(hi)) + " inputs").c_str());
-        };
+        // The op table's row for the name (constructor names that differ from
+        // it: "cont", "sparse_ffn_bundle"); sparse_predict builds several nodes.
+        const bool pred = name == "sparse_predict";
+        const ggml_op op = name == "cont" ? GGML_OP_DUP
+                           : name == "sparse_ffn_bundle" ? GGML_OP_SPARSE_FFN
+                           : pred ? GGML_OP_SPARSE_SELECT : ggml_op_from_name(name.c_str());
+        const ggml_op_traits *tr_op = ggml_get_op_traits(op);
+        if (!tr_op) throw nb::value_error(("unknown op '" + name + "'").c_str());
+        if (tr_op->is_view) throw nb::value_error(("op '" + name + "' is a view: use Graph.view, reshape, permute or transpose").c_str());
+        const size_t lo = pred ? 3 : (size_t)tr_op->n_src_min, hi = pred ? 3 : (size_t)tr_op->n_src_max;
+        if (s.size() < lo || s.size() > hi)
+            throw nb::value_error((name + ": expects " + std::to_string(lo) + (lo == hi ? "" : "-" + std::to_string(hi)) +
+                                   " inputs").c_str());
+        if (params.contains("prec") && !tr_op->takes_prec)
+            throw nb::value_error((name + ": 'prec' is for weight products only").c_str());
         auto f32 = [&](ggml_tensor *x, const char *what) {
             if (x->type != GGML_TYPE_F32) throw nb::type_error((name + ": " + what + " must be F32").c_str());
         };
         ggml_tensor *r = nullptr;
-        if (name == "add" || name == "mul") {
-            need(2, 2);
+        if (op == GGML_OP_ADD || op == GGML_OP_MUL) {
             f32(s[0], "a");
             f32(s[1], "b");
             if (!ggml_can_repeat(s[1], s[0])) throw nb::value_error((name + ": b cannot be broadcast to a").c_str());
-            r = name == "add" ? ggml_add(ctx, s[0], s[1]) : ggml_mul(ctx, s[0], s[1]);
-        } else if (name == "scale") {
-            need(1, 1);
+            r = op == GGML_OP_ADD ? ggml_add(ctx, s[0], s[1]) : ggml_mul(ctx, s[0], s[1]);
+        } else if (op == GGML_OP_SCALE) {
             f32(s[0], "a");
             r = ggml_scale(ctx, s[0], (float)fparam(params, "scale", 1.0));
-        } else if (name == "rms_norm" || name == "norm") {
-            need(1, 1);
+        } else if (op == GGML_OP_RMS_NORM || op == GGML_OP_NORM) {
             f32(s[0], "a");
-            const float eps = (float)fparam(params, "eps", name == "norm" ? 1e-5 : 1e-6);
-            r = name == "norm" ? ggml_norm(ctx, s[0], eps) : ggml_rms_norm(ctx, s[0], eps);
-        } else if (name == "relu" || name == "silu" || name == "gelu") {
-            need(1, 1);
+            const float eps = (float)fparam(params, "eps", op == GGML_OP_NORM ? 1e-5 : 1e-6);
+            r = op == GGML_OP_NORM ? ggml_norm(ctx, s[0], eps) : ggml_rms_norm(ctx, s[0], eps);
+        } else if (op == GGML_OP_RELU || op == GGML_OP_SILU || op == GGML_OP_GELU) {
             f32(s[0], "a");
-            r = name == "relu" ? ggml_relu(ctx, s[0]) : name == "silu" ? ggml_silu(ctx, s[0]) : ggml_gelu(ctx, s[0]);
-        } else if (name == "swiglu" || name == "reglu" || name == "geglu") {
-            need(2, 2);
+            r = op == GGML_OP_RELU ? ggml_relu(ctx, s[0]) : op == GGML_OP_SILU ? ggml_silu(ctx, s[0]) : ggml_gelu(ctx, s[0]);
+        } else if (op == GGML_OP_SWIGLU || op == GGML_OP_REGLU || op == GGML_OP_GEGLU) {
             f32(s[0], "a");
             f32(s[1], "b");
             if (!ggml_are_same_shape(s[0], s[1])) throw nb::value_error((name + ": a and b differ in shape").c_str());
-            r = name == "swiglu" ? ggml_swiglu(ctx, s[0], s[1])
-                : name == "reglu" ? ggml_reglu(ctx, s[0], s[1]) : ggml_geglu(ctx, s[0], s[1]);
-        } else if (name == "mul_mat") {
-            need(2, 2);
+            r = op == GGML_OP_SWIGLU ? ggml_swiglu(ctx, s[0], s[1])
+                : op == GGML_OP_REGLU ? ggml_reglu(ctx, s[0], s[1]) : ggml_geglu(ctx, s[0], s[1]);
+        } else if (op == GGML_OP_MUL_MAT) {
             f32(s[1], "b");
             if (s[0]->ne[0] != s[1]->ne[0]) throw nb::value_error("mul_mat: a and b differ in K (ne0)");
             if (s[1]->ne[2] % s[0]->ne[2] || s[1]->ne[3] % s[0]->ne[3]) throw nb::value_error("mul_mat: cannot broadcast a over b");
             if (!ggml_is_contiguous_rows(s[0])) throw nb::value_error("mul_mat: rows of a must be contiguous");
             r = ggml_mul_mat(ctx, s[0], s[1]);
-            set_prec(r, params);
-        } else if (name == "get_rows") {
-            need(2, 2);
+        } else if (op == GGML_OP_GET_ROWS) {
             ggml_tensor *idx = s[1];
             if (idx->type != GGML_TYPE_I32 || ggml_n_dims(idx) != 1) throw nb::type_error("get_rows: indices must be 1-D int32");
             if (!ggml_is_contiguous_rows(s[0])) throw nb::value_error("get_rows: rows of a must be contiguous");
@@ -261,8 +263,7 @@ struct Graph {
                 }
             }
             r = ggml_get_rows(ctx, s[0], idx);
-        } else if (name == "rope") {
-            need(2, 2);
+        } else if (op == GGML_OP_ROPE) {
             f32(s[0], "a");
             const int n_dims = iparam(params, "n_dims", (int)s[0]->ne[0]);
             const int mode = iparam(params, "mode", 0);
@@ -272,8 +273,7 @@ struct Graph {
             if (mode != 0 && mode != 2) throw nb::value_error("rope: mode must be 0 (normal) or 2 (neox)");
             r = ggml_rope(ctx, s[0], s[1], n_dims, mode, (float)fparam(params, "freq_base", 10000.0),
                           (float)fparam(params, "freq_scale", 1.0));
-        } else if (name == "soft_max") {
-            need(1, 2);
+        } else if (op == GGML_OP_SOFT_MAX) {
             f32(s[0], "a");
             ggml_tensor *mask = s.size() > 1 ? s[1] : nullptr;
             if (mask) {
@@ -281,25 +281,20 @@ struct Graph {
                 if (mask->ne[0] != s[0]->ne[0] || mask->ne[1] < s[0]->ne[1]) throw nb::value_error("soft_max: mask must be [ne0, >= ne1]");
             }
             r = ggml_soft_max_ext(ctx, s[0], mask, (float)fparam(params, "scale", 1.0));
-        } else if (name == "argmax") {
-            need(1, 1);
+        } else if (op == GGML_OP_ARGMAX) {
             f32(s[0], "a");
             if (s[0]->ne[2] != 1 || s[0]->ne[3] != 1) throw nb::value_error("argmax: a must be 2-D");
             r = ggml_argmax(ctx, s[0]);
-        } else if (name == "cpy") {
-            need(2, 2);
+        } else if (op == GGML_OP_CPY) {
             if (ggml_nelements(s[0]) != ggml_nelements(s[1])) throw nb::value_error("cpy: element counts differ");
             auto ok = [](ggml_type x) { return x == GGML_TYPE_F32 || x == GGML_TYPE_F16 || x == GGML_TYPE_BF16; };
             if (!ok(s[0]->type) || !ok(s[1]->type)) throw nb::type_error("cpy: types must be F32, F16 or BF16");
             r = ggml_cpy(ctx, s[0], s[1]);
-        } else if (name == "cont" || name == "dup") {
-            need(1, 1);
+        } else if (op == GGML_OP_DUP) {
             if (ggml_get_type_traits(s[0]->type)->is_quantized && !ggml_is_contiguous_rows(s[0]))
                 throw nb::value_error("cont: quantized tensors need contiguous rows");
             r = ggml_cont(ctx, s[0]);
-        } else if (name == "sparse_select" || name == "sparse_predict") {
-            const bool pred = name == "sparse_predict";
-            need(pred ? 3 : 1, pred ? 3 : 1);
+        } else if (op == GGML_OP_SPARSE_SELECT || pred) {
             ggml_tensor *x = s[pred ? 2 : 0];
             f32(x, pred ? "x" : "p");
             if (x->ne[2] != 1 || x->ne[3] != 1) throw nb::value_error((name + ": input must be 2-D [T, n]").c_str());
@@ -313,13 +308,11 @@ struct Graph {
             } else {
                 r = iparam(params, "abs", 0) ? ggml_sparse_select_abs(ctx, x, thr) : ggml_sparse_select(ctx, x, thr);
             }
-        } else if (name == "sparse_mask") {
-            need(1, 1);
+        } else if (op == GGML_OP_SPARSE_MASK) {
             f32(s[0], "a");
             if (s[0]->ne[2] != 1 || s[0]->ne[3] != 1) throw nb::value_error("sparse_mask: input must be 2-D [T, n]");
             r = ggml_sparse_mask(ctx, s[0], (float)fparam(params, "threshold", 0.0));
-        } else if (name == "sparse_ffn_bundle") {
-            need(3, 6);
+        } else if (op == GGML_OP_SPARSE_FFN) {
             ggml_tensor *w = s[0], *x = s[1], *idx = s[2], *wd = s.size() > 3 ? s[3] : nullptr;
             ggml_tensor *wg = s.size() > 4 ? s[4] : nullptr, *wu = s.size() > 5 ? s[5] : nullptr;  // plain gate, up
             if ((wg || wu) && !(wg && wu && wd)) throw nb::value_error("sparse_ffn_bundle: give w_down, w_gate and w_up together");
@@ -343,10 +336,8 @@ struct Graph {
             const ggml_op a = act == "swiglu" ? GGML_OP_SWIGLU : act == "reglu" ? GGML_OP_REGLU : act == "geglu" ? GGML_OP_GEGLU : GGML_OP_NONE;
             if (a == GGML_OP_NONE) throw nb::value_error("sparse_ffn_bundle: act must be 'swiglu', 'reglu' or 'geglu'");
             r = ggml_sparse_ffn_bundle(ctx, w, wg, wu, wd, x, idx, a, iparam(params, "relu_up", 0) != 0);
-            set_prec(r, params);
-        } else if (name == "mul_mat_sparse_rows" || name == "sparse_down") {
-            const bool down = name == "sparse_down";
-            need(3, down ? 4 : 3);
+        } else if (op == GGML_OP_MUL_MAT_SPARSE_ROWS || op == GGML_OP_SPARSE_DOWN) {
+            const bool down = op == GGML_OP_SPARSE_DOWN;
             ggml_tensor *w = s[0], *x = s[1], *idx = s[2];
             const ggml_type_traits *tr = ggml_get_type_traits(w->type);
             if (down ? !tr->to_float : !tr->vec_dot) throw nb::type_error((name + ": unsupported weight type " + tr->name).c_str());
@@ -374,10 +365,10 @@ struct Graph {
             r = down ? ggml_sparse_down(ctx, w, wd, x, idx, begin, end)
                      : ggml_mul_mat_sparse_rows_bundle(ctx, w, x, idx, begin, end, g);
             if (down) r->op_params[2] = mode;
-            set_prec(r, params);
         } else {
-            throw nb::value_error(("unknown op '" + name + "'").c_str());
+            throw nb::value_error(("op '" + name + "' has no graph binding").c_str());
         }
+        if (tr_op->takes_prec && !pred) set_prec(r, params);
         return add(r);
     }
 
