@@ -40,7 +40,7 @@
 #include <vector>
 
 #include "bench-read.h"
-#include "ggml.h"
+#include "ggml-cpu.h"
 
 namespace {
 
@@ -339,7 +339,8 @@ int main(int argc, char **argv) {
     for (const std::string &name : o.types) {
         const int t = ggml_type_from_name(name.c_str());
         const ggml_type_traits *tr = t < 0 ? nullptr : ggml_get_type_traits((ggml_type)t);
-        if (!tr || !tr->vec_dot || !tr->to_float || !tr->from_float) {
+        const ggml_cpu_type_traits *ct = t < 0 ? nullptr : ggml_get_cpu_type_traits((ggml_type)t);
+        if (!tr || !ct->vec_dot || !tr->to_float || !ct->from_float) {
             fprintf(stderr, "unsupported weight type '%s'\n", name.c_str());
             rc = 2;
             continue;

@@ -51,12 +51,12 @@ enum ggml_type {
 typedef uint16_t ggml_fp16_t;
 typedef uint16_t ggml_bf16_t;
 
-// Row kernels of a type. A "row" of n elements (n a multiple of blck_size).
+// Row converters of a type. A "row" of n elements (n a multiple of blck_size).
 typedef void (*ggml_to_float_t)(const void *x, float *y, int64_t n);
 typedef void (*ggml_from_float_t)(const float *x, void *y, int64_t n);
-// s = dot(x, y) over n elements; x is of the weight type, y of its vec_dot_type.
-typedef void (*ggml_vec_dot_t)(int64_t n, float *s, const void *x, const void *y);
 
+// The format of a type: what every backend agrees on. A backend's kernels for
+// it live with the backend (the CPU's: ggml-cpu.h).
 struct ggml_type_traits {
     const char *name;
     int64_t blck_size;          // elements per block (1 for plain types)
@@ -65,10 +65,6 @@ struct ggml_type_traits {
     bool supported;             // false for ids that are reserved/unknown
     ggml_to_float_t to_float;   // dequantize a row (NULL if not available)
     ggml_from_float_t from_float_ref;  // portable reference quantizer (NULL if none)
-    ggml_from_float_t from_float;      // fastest available quantizer
-    ggml_vec_dot_t vec_dot;            // fastest available dot kernel
-    ggml_vec_dot_t vec_dot_ref;        // portable scalar dot kernel
-    enum ggml_type vec_dot_type;       // what activations are converted to
 };
 
 // NULL for an id outside [0, GGML_TYPE_COUNT) or an unsupported id.
@@ -82,19 +78,10 @@ size_t ggml_row_size(enum ggml_type type, int64_t ne);  // bytes of ne elements
 // Name -> type ("q4_0", "Q4_K", "f16", ...), case-insensitive; -1 if unknown.
 int ggml_type_from_name(const char *name);
 
-// Which kernel family the runtime picked for this CPU ("avx512", "avx2", "scalar").
-const char *ggml_cpu_backend_name(void);
-// Force the portable scalar kernels (for tests): 1 = scalar, 0 = best available.
-void ggml_cpu_force_scalar(int on);
-
 float ggml_fp16_to_fp32(ggml_fp16_t h);
 ggml_fp16_t ggml_fp32_to_fp16(float f);
 float ggml_bf16_to_fp32(ggml_bf16_t h);
 ggml_bf16_t ggml_fp32_to_bf16(float f);
-
-// Quantize nrows rows of n_per_row floats into dst; returns bytes written.
-size_t ggml_quantize_chunk(enum ggml_type type, const float *src, void *dst,
-                           int64_t nrows, int64_t n_per_row);
 
 // The operations, one per row of GGML_OP_LIST (ggml-ops.h).
 enum ggml_op {

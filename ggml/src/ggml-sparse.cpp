@@ -1,5 +1,6 @@
 // Constructors of the neuron-aware (sparse FFN) operations. The CPU kernels
-// are in cpu/ops-sparse.cpp; the index-list layout is documented in ggml.h.
+// are in cpu/ops-sparse.cpp (which refuse a weight type they have no dot
+// kernel for); the index-list layout is documented in ggml.h.
 //
 // op_params: SPARSE_SELECT {f32 threshold, i32 abs}; SPARSE_MASK {f32 threshold}; MUL_MAT_SPARSE_ROWS {i32 begin,
 // i32 end, i32 g}; SPARSE_DOWN {i32 begin, i32 end, i32 mode}: mode 0 = the policy
@@ -68,8 +69,6 @@ ggml_tensor *ggml_sparse_predict(ggml_context *ctx, ggml_tensor *fc1, ggml_tenso
 ggml_tensor *ggml_mul_mat_sparse_rows_bundle(ggml_context *ctx, ggml_tensor *w, ggml_tensor *x, ggml_tensor *idx,
                                              int64_t begin, int64_t end, int g) {
     const char *op = g == 1 ? "mul_mat_sparse_rows" : "mul_mat_sparse_rows_bundle";
-    const ggml_type_traits *tr = ggml_get_type_traits(w->type);
-    if (!tr->vec_dot) ggml_abort("%s: no dot kernel for weight type %s", op, tr->name);
     if (!ggml_is_contiguous_rows(w) || w->ne[2] != 1 || w->ne[3] != 1) ggml_abort("%s: w must be 2-D with contiguous rows", op);
     if (x->type != GGML_TYPE_F32 || x->nb[0] != sizeof(float)) ggml_abort("%s: x must be F32 with contiguous rows", op);
     if (x->ne[0] != w->ne[0] || x->ne[2] != 1 || x->ne[3] != 1) ggml_abort("%s: x must be [d, T] with w [d, n]", op);
@@ -95,7 +94,7 @@ ggml_tensor *ggml_sparse_ffn_bundle(ggml_context *ctx, ggml_tensor *w, ggml_tens
                                    ggml_tensor *w_down, ggml_tensor *x, ggml_tensor *idx, ggml_op act, bool relu_up) {
     const char *op = "sparse_ffn_bundle";
     const ggml_type_traits *tr = ggml_get_type_traits(w->type);
-    if (!tr->vec_dot || !tr->to_float) ggml_abort("%s: weight type %s has no dot kernel or no to_float", op, tr->name);
+    if (!tr->to_float) ggml_abort("%s: weight type %s has no to_float", op, tr->name);
     if (!ggml_is_contiguous_rows(w) || w->ne[2] != 1 || w->ne[3] != 1) ggml_abort("%s: w must be 2-D with contiguous rows", op);
     if (w->ne[1] % 3) ggml_abort("%s: w has %lld rows, not 3 per neuron", op, (long long)w->ne[1]);
     const int64_t n = w->ne[1] / 3;
@@ -109,8 +108,6 @@ ggml_tensor *ggml_sparse_ffn_bundle(ggml_context *ctx, ggml_tensor *w, ggml_tens
     if (act != GGML_OP_SWIGLU && act != GGML_OP_REGLU && act != GGML_OP_GEGLU) ggml_abort("%s: act must be a gated op", op);
     check_idx(op, idx, n);
     if (w_down) {
-        const ggml_type_traits *td = ggml_get_type_traits(w_down->type);
-        if (!td->vec_dot) ggml_abort("%s: no dot kernel for w_down type %s", op, td->name);
         if (w_down->ne[0] != n || w_down->ne[1] != w->ne[0] || w_down->ne[2] != 1 || w_down->ne[3] != 1 ||
             !ggml_is_contiguous_rows(w_down))
             ggml_abort("%s: w_down must be 2-D [n, d] with contiguous rows for w [d, 3n]", op);
@@ -138,8 +135,6 @@ ggml_tensor *ggml_sparse_down(ggml_context *ctx, ggml_tensor *wt, ggml_tensor *w
     if (h->ne[0] != wt->ne[1] || h->ne[2] != 1 || h->ne[3] != 1) ggml_abort("%s: h must be [n, T] with wt [d, n]", op);
     check_idx(op, idx, wt->ne[1]);
     if (wd) {
-        const ggml_type_traits *td = ggml_get_type_traits(wd->type);
-        if (!td->vec_dot) ggml_abort("%s: no dot kernel for w_down type %s", op, td->name);
         if (wd->ne[0] != wt->ne[1] || wd->ne[1] != wt->ne[0] || wd->ne[2] != 1 || wd->ne[3] != 1 || !ggml_is_contiguous_rows(wd))
             ggml_abort("%s: w_down must be 2-D [n, d] with contiguous rows for wt [d, n]", op);
     }

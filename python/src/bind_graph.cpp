@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "bind.h"
-#include "ggml.h"
+#include "ggml-cpu.h"
 
 namespace {
 
@@ -192,6 +192,8 @@ struct Graph {
             if (col[j] < 0 || col[j] >= n || (j > 1 && col[j] <= col[j - 1]))
                 throw nb::value_error((name + ": index list must be strictly ascending ids in [0, n)").c_str());
     }
+    // A weight type the CPU can multiply (the op kernels abort on the others).
+    static bool has_dot(ggml_type t) { return ggml_get_cpu_type_traits(t)->vec_dot != nullptr; }
     // "prec": "high" | "default" (ggml_set_prec) for the weight products
     static void set_prec(ggml_tensor *r, const nb::dict &p) {
         if (!p.contains("prec")) return;
@@ -320,9 +322,9 @@ struct Graph {
                 if (q && (q->type != w->type || q->ne[0] != w->ne[0] || q->ne[1] != w->ne[1] / 3 || q->ne[2] != 1 || q->ne[3] != 1))
                     throw nb::value_error("sparse_ffn_bundle: w_gate and w_up must be [n, d] of the bundle's type");
             const ggml_type_traits *tr = ggml_get_type_traits(w->type);
-            if (!tr->vec_dot || !tr->to_float) throw nb::type_error(("sparse_ffn_bundle: unsupported weight type " + std::string(tr->name)).c_str());
+            if (!has_dot(w->type) || !tr->to_float) throw nb::type_error(("sparse_ffn_bundle: unsupported weight type " + std::string(tr->name)).c_str());
             if (wd && (wd->ne[0] != w->ne[1] / 3 || wd->ne[1] != w->ne[0] || wd->ne[2] != 1 || wd->ne[3] != 1 ||
-                       !ggml_is_contiguous_rows(wd) || !ggml_get_type_traits(wd->type)->vec_dot))
+                       !ggml_is_contiguous_rows(wd) || !has_dot(wd->type)))
                 throw nb::value_error("sparse_ffn_bundle: w_down must be [d, n] (numpy order) for a bundle of [3n, d]");
             if (!ggml_is_contiguous_rows(w) || w->ne[2] != 1 || w->ne[3] != 1 || w->ne[1] % 3)
                 throw nb::value_error("sparse_ffn_bundle: weight must be 2-D [3n, d] with contiguous rows");
@@ -340,7 +342,7 @@ struct Graph {
             const bool down = op == GGML_OP_SPARSE_DOWN;
             ggml_tensor *w = s[0], *x = s[1], *idx = s[2];
             const ggml_type_traits *tr = ggml_get_type_traits(w->type);
-            if (down ? !tr->to_float : !tr->vec_dot) throw nb::type_error((name + ": unsupported weight type " + tr->name).c_str());
+            if (down ? !tr->to_float : !has_dot(w->type)) throw nb::type_error((name + ": unsupported weight type " + tr->name).c_str());
             if (!ggml_is_contiguous_rows(w) || w->ne[2] != 1 || w->ne[3] != 1)
                 throw nb::value_error((name + ": weight must be 2-D with contiguous rows").c_str());
             f32(x, down ? "h" : "x");
@@ -356,8 +358,7 @@ struct Graph {
             ggml_tensor *wd = down && s.size() > 3 ? s[3] : nullptr;  // optional dense ffn_down [d, n] (numpy)
             const int mode = iparam(params, "mode", 0);  // sparse_down: 0 policy, 1 sparse, 2 dense
             if (wd) {
-                const ggml_type_traits *td = ggml_get_type_traits(wd->type);
-                if (!td->vec_dot) throw nb::type_error(("sparse_down: unsupported w_down type " + std::string(td->name)).c_str());
+                if (!has_dot(wd->type)) throw nb::type_error(("sparse_down: unsupported w_down type " + std::string(ggml_type_name(wd->type))).c_str());
                 if (wd->ne[0] != n || wd->ne[1] != w->ne[0] || wd->ne[2] != 1 || wd->ne[3] != 1 || !ggml_is_contiguous_rows(wd))
                     throw nb::value_error("sparse_down: w_down must be [d, n] (numpy order) for wt [n, d]");
             }

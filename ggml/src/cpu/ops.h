@@ -5,7 +5,7 @@
 
 #include <math.h>
 
-#include "ggml.h"
+#include "ggml-cpu.h"
 
 #ifdef __cplusplus
 extern "C" {
