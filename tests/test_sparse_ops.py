@@ -330,7 +330,7 @@ def test_down_dense_path_unaligned_range_stays_sparse():
 
 
 def test_sparse_should_use_dense_policy_drives_the_op():
-    """mode 0 follows ggml_sparse_should_use_dense: full density -> dense path."""
+    """mode 0 follows the CPU's policy (ggml_cpu_sparse_should_use_dense): full density -> dense path."""
     g = np.random.default_rng(81)
     n, d = 256, 64
     wt, wt64 = make_weight("f32", n, d, g)

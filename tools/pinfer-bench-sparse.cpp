@@ -21,7 +21,7 @@
 // --batch T > 1 the sparsity is that of the union of the batch.
 //
 // "separate" gives sparse_down the dense ffn_down too, so it switches to it
-// above the crossover density (ggml_sparse_should_use_dense), as shipped.
+// above the crossover density (ggml_cpu_sparse_should_use_dense), as shipped.
 // The three runs alternate within every repetition, each on its own copy of
 // the weights (no run finds another's rows in the cache), so all see the same
 // machine load; the table reports the best repetition per layer and the

@@ -29,6 +29,14 @@ const char *ggml_cpu_backend_name(void);
 // Force the portable scalar kernels (for tests): 1 = scalar, 0 = best available.
 void ggml_cpu_force_scalar(int on);
 
+// The CPU's dense-vs-sparse crossover (ggml_sparse_dense_policy): densities
+// measured with pinfer-bench-sparse (docs/sparse-bench.md).
+bool ggml_cpu_sparse_should_use_dense(int64_t n_active, int64_t n, int64_t T);
+// The policy the sparse kernels of this pool ask (NULL: the CPU's). A backend
+// that runs CPU kernels on its own pool in place of a device (the simulator)
+// sets the device's crossover here.
+void ggml_threadpool_set_sparse_dense_policy(struct ggml_threadpool *tp, ggml_sparse_dense_policy policy);
+
 // Quantize nrows rows of n_per_row floats into dst with the fastest
 // converter; returns bytes written.
 size_t ggml_quantize_chunk(enum ggml_type type, const float *src, void *dst, int64_t nrows, int64_t n_per_row);

@@ -276,7 +276,7 @@ struct ggml_tensor *ggml_mul_mat_sparse_rows_bundle(struct ggml_context *ctx, st
 // summed in ascending neuron order into its own accumulator by one worker, and
 // the parts are added in order: results are identical for every thread count.
 // w_gate, w_up [d, n] and w_down [n, d] (the plain matrices) may be NULL; when
-// all are given and ggml_sparse_should_use_dense says the active share is too
+// all are given and the dense policy (ggml_sparse_dense_policy) says the active share is too
 // large, gate and up are read from the plain matrices (a near-dense list
 // streams them in order, where the bundle would drag the down_t rows along)
 // and the down projection is the dense mat-vec of ggml_sparse_down (same sum).
@@ -290,16 +290,19 @@ struct ggml_tensor *ggml_sparse_ffn_bundle(struct ggml_context *ctx, struct ggml
 // (0 when no neuron is active). Each output element is summed in ascending
 // neuron order, so results are identical for every thread count.
 // w_down [n, d] (the ordinary ffn_down, any type mul_mat supports) may be NULL;
-// when given, and ggml_sparse_should_use_dense says the active share of the
+// when given, and the dense policy (ggml_sparse_dense_policy) says the active share of the
 // range is too large for the sparse kernel to win, the op computes the same sum
 // as a dense matvec over the columns [begin, end) of w_down (inactive h taken
 // as 0; needs begin and end on w_down block boundaries, else stays sparse).
 struct ggml_tensor *ggml_sparse_down(struct ggml_context *ctx, struct ggml_tensor *wt, struct ggml_tensor *w_down,
                                      struct ggml_tensor *h, struct ggml_tensor *idx, int64_t begin, int64_t end);
-// Policy for a batch of T tokens whose union has n_active of n neurons active:
-// true when the dense matmuls are expected to be faster than the sparse ops
-// (crossover densities measured on this CPU backend, see docs/sparse-bench.md).
-bool ggml_sparse_should_use_dense(int64_t n_active, int64_t n, int64_t T);
+// Dense-vs-sparse crossover policy of a backend, for a batch of T tokens whose
+// union has n_active of n neurons (of the op's range) active: true when its
+// dense kernels are expected to be faster than its sparse ones. SPARSE_DOWN
+// (mode 0) and SPARSE_FFN ask the policy of the backend that computes them,
+// since a GPU's crossover differs from a CPU's; the CPU's is
+// ggml_cpu_sparse_should_use_dense (ggml-cpu.h).
+typedef bool (*ggml_sparse_dense_policy)(int64_t n_active, int64_t n, int64_t T);
 
 // ---- graphs ----
 struct ggml_cgraph;

@@ -4,7 +4,7 @@
 //
 // op_params: SPARSE_SELECT {f32 threshold, i32 abs}; SPARSE_MASK {f32 threshold}; MUL_MAT_SPARSE_ROWS {i32 begin,
 // i32 end, i32 g}; SPARSE_DOWN {i32 begin, i32 end, i32 mode}: mode 0 = the policy
-// ggml_sparse_should_use_dense picks the path, 1 = always sparse, 2 = dense
+// the dense policy of the computing backend picks the path, 1 = always sparse, 2 = dense
 // whenever w_down is given and the range is aligned (tests set it).
 #include <cstring>
 #include <initializer_list>

@@ -54,6 +54,7 @@ struct ggml_threadpool {
 
     void *wdata = nullptr;
     size_t wsize = 0;
+    ggml_sparse_dense_policy dense_policy = ggml_cpu_sparse_should_use_dense;
 };
 
 // Sleep while *word == val (spurious wake-ups are fine: callers re-check).
@@ -103,7 +104,7 @@ void ggml_barrier(ggml_threadpool *tp) {
 
 static void run_graph(ggml_threadpool *tp, int ith) {
     ggml_cgraph *g = tp->graph;
-    ggml_compute_params params = {ith, tp->n_threads, tp->wdata, tp->wsize, tp};
+    ggml_compute_params params = {ith, tp->n_threads, tp->wdata, tp->wsize, tp, tp->dense_policy};
     const int n = ggml_graph_n_nodes(g);
     for (int i = 0; i < n; i++) {
         ggml_tensor *node = ggml_graph_node(g, i);
@@ -155,6 +156,10 @@ void ggml_threadpool_free(ggml_threadpool *tp) {
 }
 
 int ggml_threadpool_n_threads(const ggml_threadpool *tp) { return tp->n_threads; }
+
+void ggml_threadpool_set_sparse_dense_policy(ggml_threadpool *tp, ggml_sparse_dense_policy policy) {
+    tp->dense_policy = policy ? policy : ggml_cpu_sparse_should_use_dense;
+}
 
 int ggml_graph_compute(ggml_cgraph *g, ggml_threadpool *tp) {
     const int n = ggml_graph_n_nodes(g);

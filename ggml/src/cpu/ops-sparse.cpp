@@ -22,7 +22,7 @@
 //   otherwise to_float into a per-thread buffer and then f32 axpys per token;
 //   either way up to four rows per pass over the y slice (sparse-axpy.h).
 //   Given the plain ffn_down (src[3]) and a density at which the dense matvec
-//   wins (ggml_sparse_should_use_dense), it runs that instead: h with inactive
+//   wins (the pool's dense policy, ggml_sparse_dense_policy), it runs that instead: h with inactive
 //   entries zeroed, converted once, one vec_dot per output over [begin, end).
 // Scattered rows are prefetched in software several rows ahead; at decode the
 // TLB dominates with 4 KiB pages (docs/sparse-bench.md: weights want 2 MiB pages).
@@ -438,7 +438,7 @@ extern "C" void ggml_compute_forward_sparse_down(const ggml_compute_params *para
     const active_list l = read_list(op, idx, begin, end);
     const down_dense_plan dp = make_down_dense_plan(dst);
     const int mode = dst->op_params[2];
-    if (dp.ok && (mode == 2 || (mode == 0 && ggml_sparse_should_use_dense(l.hi - l.lo, end - begin, T)))) {
+    if (dp.ok && (mode == 2 || (mode == 0 && params->dense_policy(l.hi - l.lo, end - begin, T)))) {
         sparse_down_dense(params, dst, l, dp);
         return;
     }
@@ -499,18 +499,6 @@ extern "C" void ggml_compute_forward_sparse_down(const ggml_compute_params *para
     }
     flush();
 }
-// ---------------------------------------------------------------- policy
-
-extern "C" bool ggml_sparse_should_use_dense(int64_t n_active, int64_t n, int64_t T) {
-    if (n <= 0) return true;
-    const double density = (double)n_active / (double)n;
-    // Crossover densities measured with pinfer-bench-sparse (docs/sparse-bench.md):
-    // decode (T = 1): the column-sparse down kernel loses to the dense matvec
-    // from about half density on; batches gain more from sparsity (the weight
-    // rows are reused across tokens), dense won only near full density.
-    return density >= (T <= 1 ? 0.5 : 0.85);
-}
-
 // ---------------------------------------------------------------- fused FFN over a neuron bundle
 
 namespace {
@@ -549,7 +537,7 @@ extern "C" size_t ggml_sparse_ffn_work_size(const ggml_tensor *node, int n_threa
 // with the axpy kernels of SPARSE_DOWN (up to four rows per pass over y). A
 // neuron's three rows are adjacent, fetched row by row a few neurons ahead.
 // Parts go to workers round-robin; then y = part 0 + part 1 + ... in order.
-// Past the crossover density (ggml_sparse_should_use_dense) with ffn_down
+// Past the crossover density (the pool's dense policy) with ffn_down
 // given, the parts only compute h, and the down projection is the dense
 // mat-vec of SPARSE_DOWN's dense path (down_t rows are not read).
 extern "C" void ggml_compute_forward_sparse_ffn(const ggml_compute_params *params, ggml_tensor *dst) {
@@ -569,7 +557,7 @@ extern "C" void ggml_compute_forward_sparse_ffn(const ggml_compute_params *param
     const int64_t m = l.hi - l.lo;
     const int P = ffn_parts(m);
     const down_dense_plan dp = make_down_dense_plan(dst->src[3], 0, n, ggml_prec_high(dst));
-    const bool dense = dp.ok && wg && wu && ggml_sparse_should_use_dense(m, n, T);
+    const bool dense = dp.ok && wg && wu && params->dense_policy(m, n, T);
     float *hd = (float *)((char *)params->wdata + ffn_dense_offset(dst, nth));  // [n, T] when dense
     const size_t bstride = align_up(sizeof(float) * (size_t)d) / sizeof(float);
     float *acc = (float *)((char *)params->wdata + ffn_acc_offset(p, x, nth));

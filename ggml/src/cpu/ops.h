@@ -16,6 +16,7 @@ struct ggml_compute_params {
     void *wdata;   // shared scratch of ggml_op_work_size() bytes
     size_t wsize;
     struct ggml_threadpool *tp;
+    ggml_sparse_dense_policy dense_policy;  // the pool's crossover (SPARSE_DOWN, SPARSE_FFN)
 };
 
 // Wait until all workers of the pool reach this point (inside one op).
