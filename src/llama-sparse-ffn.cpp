@@ -165,7 +165,8 @@ ggml_tensor *build_sparse_ffn(ggml_context *ctx, ffn_build *b, const model &m, i
             // decoding: the whole FFN in one op, one contiguous read per neuron
             if (x->ne[1] <= GGML_SPARSE_FFN_MAX_T) {
                 const ggml_op op = act == ffn_act::SILU ? GGML_OP_SWIGLU : act == ffn_act::GELU ? GGML_OP_GEGLU : GGML_OP_REGLU;
-                return ggml_sparse_ffn_bundle(ctx, bd->w, l.ffn_gate, l.ffn_up, l.ffn_down, x, idx, op, act == ffn_act::RELU_BOTH);
+                return ggml_sparse_ffn_bundle(ctx, bd->w, l.ffn_gate, l.ffn_up, l.ffn_down, x, idx, 0, n, op,
+                                              act == ffn_act::RELU_BOTH);
             }
             ggml_tensor *g = ggml_mul_mat_sparse_rows(ctx, bd->gate, x, idx, 0, n);  // prompts: row by row
             ggml_tensor *u = ggml_mul_mat_sparse_rows(ctx, bd->up, x, idx, 0, n);

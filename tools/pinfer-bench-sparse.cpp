@@ -192,7 +192,8 @@ bool bench_type(ggml_type t, const opts &o, ggml_threadpool *tp) {
         for (int l = 0; l < L; l++) {
             ggml_tensor *y;
             if (sparse && fused) {
-                y = ggml_sparse_ffn_bundle(gctx, lw[l].bundle, lw[l].gate, lw[l].up, lw[l].down, cur, idx[l], GGML_OP_SWIGLU, false);
+                y = ggml_sparse_ffn_bundle(gctx, lw[l].bundle, lw[l].gate, lw[l].up, lw[l].down, cur, idx[l], 0, n, GGML_OP_SWIGLU,
+                                           false);
             } else if (sparse) {
                 ggml_tensor *gt = ggml_mul_mat_sparse_rows(gctx, lw[l].gate, cur, idx[l], 0, n);
                 ggml_tensor *ut = ggml_mul_mat_sparse_rows(gctx, lw[l].up, cur, idx[l], 0, n);

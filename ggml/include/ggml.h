@@ -234,6 +234,13 @@ struct ggml_tensor *ggml_transpose(struct ggml_context *ctx, struct ggml_tensor 
 // C = 1 when T == 1 (the list of the token) and C = T + 1 otherwise: columns
 // 0..T-1 are the per-token lists and column T is their union. The sparse ops
 // read the LAST column only, i.e. a batch computes the union of its active sets.
+//
+// Neuron ranges: every sparse op takes [begin, end) and only the active ids in
+// it contribute; ids outside are skipped, never read. The weights need only
+// hold `end` neurons while the list spans all n (a device keeps a compact copy
+// of the hot prefix [0, k) and receives the list over all n): a weight's own
+// row count n_w (>= end) sets the op's neuron count and output shape, and the
+// list may be longer than n_w + 1.
 
 // Active ids of scores p [n, T] F32: p_i > threshold. Layout above.
 struct ggml_tensor *ggml_sparse_select(struct ggml_context *ctx, struct ggml_tensor *p, float threshold);
@@ -269,7 +276,8 @@ struct ggml_tensor *ggml_mul_mat_sparse_rows_bundle(struct ggml_context *ctx, st
 // (one contiguous read per neuron; any type with vec_dot and to_float), x
 // [d, T] F32 with T <= GGML_SPARSE_FFN_MAX_T, idx an active index list ->
 // F32 [d, T] with
-//   y_t = Σ_{i active} act(gate_i·x_t) · up'(up_i·x_t) · down_t_i
+//   y_t = Σ_{i active in [begin, end)} act(gate_i·x_t) · up'(up_i·x_t) · down_t_i
+// (every output written; 0 when no neuron of the range is active)
 // act: GGML_OP_SWIGLU (silu), GGML_OP_REGLU (relu) or GGML_OP_GEGLU (gelu);
 // up' = relu when relu_up (Bamboo-style), else identity. The active list is cut
 // into parts at fixed positions (never depending on the thread count), each
@@ -279,11 +287,14 @@ struct ggml_tensor *ggml_mul_mat_sparse_rows_bundle(struct ggml_context *ctx, st
 // all are given and the dense policy (ggml_sparse_dense_policy) says the active share is too
 // large, gate and up are read from the plain matrices (a near-dense list
 // streams them in order, where the bundle would drag the down_t rows along)
-// and the down projection is the dense mat-vec of ggml_sparse_down (same sum).
+// and the down projection is the dense mat-vec of ggml_sparse_down over the
+// columns [begin, end) of w_down (same sum; needs begin and end on w_down
+// block boundaries, else stays sparse).
 #define GGML_SPARSE_FFN_MAX_T 8
 struct ggml_tensor *ggml_sparse_ffn_bundle(struct ggml_context *ctx, struct ggml_tensor *w, struct ggml_tensor *w_gate,
                                            struct ggml_tensor *w_up, struct ggml_tensor *w_down, struct ggml_tensor *x,
-                                           struct ggml_tensor *idx, enum ggml_op act, bool relu_up);
+                                           struct ggml_tensor *idx, int64_t begin, int64_t end, enum ggml_op act,
+                                           bool relu_up);
 // Column-sparse down projection: wt [d, n] (ffn_down_t: one contiguous row of d
 // per neuron, any type with to_float), h [n, T] F32 -> F32 [d, T] with
 // y[:, t] = Σ_{i active in [begin, end)} h[i, t] · wt_i. Every output is written

@@ -179,18 +179,25 @@ struct Graph {
     static std::string p_str(const nb::dict &p, const char *k, const char *def) {
         return p.contains(k) ? nb::cast<std::string>(p[k]) : std::string(def);
     }
-    // An index list over n neurons: its layout, and, when its values are known
-    // now, its contents (before a kernel would abort on them).
-    static void check_index_list(const std::string &name, const ggml_tensor *idx, int64_t n) {
-        if (idx->type != GGML_TYPE_I32 || idx->nb[0] != sizeof(int32_t) || idx->ne[2] != 1 || idx->ne[3] != 1 ||
-            idx->ne[0] < 1 || idx->ne[0] > n + 1)
-            throw nb::value_error((name + ": idx must be int32 [C, m+1] with m <= n").c_str());
+    // An index list: its layout, and, when its values are known now, its
+    // contents (before a kernel would abort on them). It may span more neurons
+    // than the weight holds: ids outside [begin, end) are skipped (ggml.h).
+    static void check_index_list(const std::string &name, const ggml_tensor *idx) {
+        if (idx->type != GGML_TYPE_I32 || idx->nb[0] != sizeof(int32_t) || idx->ne[2] != 1 || idx->ne[3] != 1 || idx->ne[0] < 1)
+            throw nb::value_error((name + ": idx must be int32 [C, m+1]").c_str());
         if (!idx->data) return;
         const int32_t *col = (const int32_t *)((const char *)idx->data + (idx->ne[1] - 1) * idx->nb[1]);
         if (col[0] < 0 || col[0] > idx->ne[0] - 1) throw nb::value_error((name + ": bad index list count").c_str());
         for (int32_t j = 1; j <= col[0]; j++)
-            if (col[j] < 0 || col[j] >= n || (j > 1 && col[j] <= col[j - 1]))
-                throw nb::value_error((name + ": index list must be strictly ascending ids in [0, n)").c_str());
+            if (col[j] < 0 || (j > 1 && col[j] <= col[j - 1]))
+                throw nb::value_error((name + ": index list must be strictly ascending ids >= 0").c_str());
+    }
+    // The neuron range [begin, end) of a sparse op over a weight of n neurons.
+    static void neuron_range(const std::string &name, const nb::dict &p, int64_t n, int64_t *begin, int64_t *end) {
+        *begin = p.contains("begin") ? nb::cast<int64_t>(p["begin"]) : 0;
+        *end = p.contains("end") ? nb::cast<int64_t>(p["end"]) : n;
+        if (*begin < 0 || *begin > *end || *end > n)
+            throw nb::value_error((name + ": need 0 <= begin <= end <= n (the weight's " + std::to_string(n) + " neurons)").c_str());
     }
     // A weight type the CPU can multiply (the op kernels abort on the others).
     static bool has_dot(ggml_type t) { return ggml_get_cpu_type_traits(t)->vec_dot != nullptr; }
@@ -333,11 +340,13 @@ struct Graph {
                 throw nb::value_error("sparse_ffn_bundle: x must be [T, d]");
             if (x->ne[1] > GGML_SPARSE_FFN_MAX_T) throw nb::value_error("sparse_ffn_bundle: too many tokens");
             const int64_t n = w->ne[1] / 3;
-            check_index_list(name, idx, n);
+            check_index_list(name, idx);
+            int64_t begin, end;
+            neuron_range(name, params, n, &begin, &end);
             const std::string act = p_str(params, "act", "swiglu");
             const ggml_op a = act == "swiglu" ? GGML_OP_SWIGLU : act == "reglu" ? GGML_OP_REGLU : act == "geglu" ? GGML_OP_GEGLU : GGML_OP_NONE;
             if (a == GGML_OP_NONE) throw nb::value_error("sparse_ffn_bundle: act must be 'swiglu', 'reglu' or 'geglu'");
-            r = ggml_sparse_ffn_bundle(ctx, w, wg, wu, wd, x, idx, a, iparam(params, "relu_up", 0) != 0);
+            r = ggml_sparse_ffn_bundle(ctx, w, wg, wu, wd, x, idx, begin, end, a, iparam(params, "relu_up", 0) != 0);
         } else if (op == GGML_OP_MUL_MAT_SPARSE_ROWS || op == GGML_OP_SPARSE_DOWN) {
             const bool down = op == GGML_OP_SPARSE_DOWN;
             ggml_tensor *w = s[0], *x = s[1], *idx = s[2];
@@ -352,9 +361,9 @@ struct Graph {
             const int64_t n = w->ne[1] / g;
             if (x->ne[0] != (down ? n : w->ne[0]))
                 throw nb::value_error((name + (down ? ": h [T, n] and wt [n, d] differ in n" : ": x [T, d] and w [n, d] differ in d")).c_str());
-            check_index_list(name, idx, n);
-            const int64_t begin = iparam(params, "begin", 0), end = iparam(params, "end", (int)n);
-            if (begin < 0 || begin > end || end > n) throw nb::value_error((name + ": need 0 <= begin <= end <= n").c_str());
+            check_index_list(name, idx);
+            int64_t begin, end;
+            neuron_range(name, params, n, &begin, &end);
             ggml_tensor *wd = down && s.size() > 3 ? s[3] : nullptr;  // optional dense ffn_down [d, n] (numpy)
             const int mode = iparam(params, "mode", 0);  // sparse_down: 0 policy, 1 sparse, 2 dense
             if (wd) {

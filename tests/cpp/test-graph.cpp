@@ -159,8 +159,8 @@ static void test_op_table() {
         ggml_cpy(ctx, x, mask), ggml_cont(ctx, x), x3, ggml_view_1d(ctx, x, 4, 0), ggml_transpose(ctx, x),
         ggml_permute(ctx, x, 1, 0, 2, 3), idx, ggml_sparse_mask(ctx, h, 0.5f), ggml_mul_mat_sparse_rows(ctx, w, x, idx, 0, n),
         ggml_sparse_down(ctx, wt, nullptr, h, idx, 0, n), ggml_sparse_down(ctx, wt, wd, h, idx, 0, n),
-        ggml_sparse_ffn_bundle(ctx, w3, nullptr, nullptr, nullptr, x, idx, GGML_OP_SWIGLU, false),
-        ggml_sparse_ffn_bundle(ctx, w3, w, w, wd, x, idx, GGML_OP_SWIGLU, false), x};
+        ggml_sparse_ffn_bundle(ctx, w3, nullptr, nullptr, nullptr, x, idx, 0, n, GGML_OP_SWIGLU, false),
+        ggml_sparse_ffn_bundle(ctx, w3, w, w, wd, x, idx, 0, n, GGML_OP_SWIGLU, false), x};
     for (ggml_tensor *t : nodes) {
         const ggml_op_traits *tr = ggml_get_op_traits(t->op);
         int used = 0;

@@ -120,7 +120,7 @@ int main() {
     for (int nt : {1, 3}) {
         ggml_threadpool *tp = ggml_threadpool_new(nt);
         ggml_tensor *down = ggml_sparse_down(f.ctx, f.wt, f.wd, f.h, f.idx, 0, n);
-        ggml_tensor *ffn = ggml_sparse_ffn_bundle(f.ctx, f.bundle, f.wg, f.wu, f.wd, f.x, f.idx, GGML_OP_SWIGLU, false);
+        ggml_tensor *ffn = ggml_sparse_ffn_bundle(f.ctx, f.bundle, f.wg, f.wu, f.wd, f.x, f.idx, 0, n, GGML_OP_SWIGLU, false);
 
         // the CPU's own policy: every neuron active -> dense (the zero ffn_down)
         CHECK(ggml_cpu_sparse_should_use_dense(n, n, 1), "the CPU policy calls full density dense");

@@ -527,7 +527,7 @@ size_t ffn_dense_offset(const ggml_tensor *node, int nth) {
 extern "C" size_t ggml_sparse_ffn_work_size(const ggml_tensor *node, int n_threads) {
     const ggml_tensor *w = node->src[0], *x = node->src[1];
     const int64_t n = w->ne[1] / 3, T = x->ne[1];
-    const down_dense_plan dp = make_down_dense_plan(node->src[3], 0, n, ggml_prec_high(node));
+    const down_dense_plan dp = make_down_dense_plan(node->src[3], node->op_params[0], node->op_params[1], ggml_prec_high(node));
     const size_t dense = dp.ok ? align_up(sizeof(float) * (size_t)(n * T)) + dense_down_size(dp, T, n_threads) : 0;
     return ffn_dense_offset(node, n_threads) + dense;
 }
@@ -548,16 +548,17 @@ extern "C" void ggml_compute_forward_sparse_ffn(const ggml_compute_params *param
     const ggml_tensor *wg = dst->src[4], *wu = dst->src[5];  // plain gate and up: the dense fallback's
     const int64_t d = w->ne[0], n = w->ne[1] / 3, T = x->ne[1];
     const int ith = params->ith, nth = params->nth;
-    const ggml_op act = (ggml_op)dst->op_params[0];
-    const bool relu_up = dst->op_params[1] != 0;
+    const int64_t begin = dst->op_params[0], end = dst->op_params[1];
+    const ggml_op act = (ggml_op)dst->op_params[2];
+    const bool relu_up = dst->op_params[3] != 0;
     const rows_plan p = make_rows_plan(dst);
     const char *conv = convert_rows(op, params, p, x);
 
-    const active_list l = read_list(op, idx, 0, n);
+    const active_list l = read_list(op, idx, begin, end);  // ids outside [begin, end) are never read
     const int64_t m = l.hi - l.lo;
     const int P = ffn_parts(m);
-    const down_dense_plan dp = make_down_dense_plan(dst->src[3], 0, n, ggml_prec_high(dst));
-    const bool dense = dp.ok && wg && wu && params->dense_policy(m, n, T);
+    const down_dense_plan dp = make_down_dense_plan(dst->src[3], begin, end, ggml_prec_high(dst));
+    const bool dense = dp.ok && wg && wu && params->dense_policy(m, end - begin, T);
     float *hd = (float *)((char *)params->wdata + ffn_dense_offset(dst, nth));  // [n, T] when dense
     const size_t bstride = align_up(sizeof(float) * (size_t)d) / sizeof(float);
     float *acc = (float *)((char *)params->wdata + ffn_acc_offset(p, x, nth));
@@ -605,10 +606,10 @@ extern "C" void ggml_compute_forward_sparse_ffn(const ggml_compute_params *param
             }
             nr = 0;
         };
-        int64_t prev = a_begin == l.lo ? -1 : l.ids[a_begin - 1];  // the part before checks that one
+        int64_t prev = a_begin == l.lo ? begin - 1 : l.ids[a_begin - 1];  // the part before checks that one
         for (int64_t a = a_begin; a < a_end; a++) {
             const int64_t i = l.ids[a];
-            if (i <= prev || i >= n) bad_list(op, i);
+            if (i <= prev || i >= end) bad_list(op, i);
             prev = i;
             const bool pf = ahead && a + ahead < a_end;
             float g[GGML_SPARSE_FFN_MAX_T], u[GGML_SPARSE_FFN_MAX_T];
@@ -641,7 +642,7 @@ extern "C" void ggml_compute_forward_sparse_ffn(const ggml_compute_params *param
     }
     if (dense) {
         ggml_barrier(params->tp);  // every part's h is written
-        dense_down(params, dst->src[3], 0, n, l, dp, hd, sizeof(float) * (size_t)n, T, (char *)dst->data, dst->nb[1],
+        dense_down(params, dst->src[3], begin, end, l, dp, hd, sizeof(float) * (size_t)n, T, (char *)dst->data, dst->nb[1],
                    (char *)hd + align_up(sizeof(float) * (size_t)(n * T)), op);
         return;
     }
