@@ -190,8 +190,7 @@ void context::decode_batch(const int32_t *tokens, int n, int n_outputs, float *o
     if (params_.prec_high)  // every weight product, dense or sparse (the predictor's too)
         for (int i = 0; i < ggml_graph_n_nodes(gf); i++) {
             ggml_tensor *t = ggml_graph_node(gf, i);
-            if (t->op == GGML_OP_MUL_MAT || t->op == GGML_OP_MUL_MAT_SPARSE_ROWS || t->op == GGML_OP_SPARSE_DOWN)
-                ggml_set_prec(t, GGML_PREC_HIGH);
+            if (ggml_op_takes_prec(t->op)) ggml_set_prec(t, GGML_PREC_HIGH);
         }
     if (!ggml_backend_sched_alloc_graph(sched_, gf)) {
         ggml_free(ctx);

@@ -44,11 +44,12 @@ ggml_tensor *build_ffn_predictor(ggml_context *ctx, const ffn_env &env, const ff
     };
     if (gated && bd && bd->rows == 3) {
         // decoding: the whole FFN in one op, one contiguous read per neuron
-        if (x->ne[1] <= GGML_SPARSE_FFN_MAX_T && p.whole()) {
+        if (x->ne[1] <= GGML_SPARSE_FFN_MAX_T) {
             const ggml_op op = act == ffn_act::SILU ? GGML_OP_SWIGLU : act == ffn_act::GELU ? GGML_OP_GEGLU : GGML_OP_REGLU;
-            return ggml_sparse_ffn_bundle(ctx, bd->w, l.ffn_gate == bd->gate ? nullptr : l.ffn_gate,
-                                          l.ffn_up == bd->up ? nullptr : l.ffn_up, l.ffn_down, x, idx, op,
-                                          act == ffn_act::RELU_BOTH);
+            // the dense fallback reads the plain matrices: a device's bundle views are not plain
+            const bool plain = l.ffn_gate != bd->gate;
+            return ggml_sparse_ffn_bundle(ctx, bd->w, plain ? l.ffn_gate : nullptr, plain ? l.ffn_up : nullptr,
+                                          plain ? l.ffn_down : nullptr, x, idx, p.b, p.e, op, act == ffn_act::RELU_BOTH);
         }
         ggml_tensor *g = ggml_mul_mat_sparse_rows(ctx, bd->gate, x, idx, p.b, p.e);  // prompts: row by row
         ggml_tensor *u = ggml_mul_mat_sparse_rows(ctx, bd->up, x, idx, p.b, p.e);

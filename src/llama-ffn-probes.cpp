@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "ggml-cpu.h"
 #include "llama-model.h"
 #include "llama-sparse-ffn.h"
 
@@ -53,7 +54,7 @@ void accumulate_ffn_stats(const model &m, const ffn_build &b, std::vector<sparse
         }
         // FLOPs of what the graph ran (2 per multiply-add).
         const double mv = 2.0 * (double)d * (double)T;  // one row of one matrix for the batch
-        const bool down_dense = !l.ffn_down_t || ggml_sparse_should_use_dense(m_union, n, T);
+        const bool down_dense = !l.ffn_down_t || ggml_cpu_sparse_should_use_dense(m_union, n, T);
         double f = (down_dense ? n : m_union) * mv;     // down
         switch (b.mode) {
             case sparse_mode::PREDICTOR:

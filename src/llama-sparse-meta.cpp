@@ -8,6 +8,7 @@
 #include <memory>
 #include <stdexcept>
 
+#include "ggml-cpu.h"
 #include "gguf.h"
 #include "llama-model-loader.h"
 #include "llama-model.h"
@@ -57,7 +58,7 @@ void prepare_sparse_tensors(model_loader &ml, const hparams &hp) {
             for (int64_t j = 0; j < d; j++) cols[j * n + i] = rows[i * d + j];
         // Keep the type when a row of n elements is a whole number of its blocks.
         ggml_type out = (ggml_type)type;
-        if (type != GGML_TYPE_F32 && (!tr->from_float || n % tr->blck_size != 0)) out = GGML_TYPE_F16;
+        if (type != GGML_TYPE_F32 && (!tr->from_float_ref || n % tr->blck_size != 0)) out = GGML_TYPE_F16;
         std::vector<uint8_t> bytes(ggml_row_size(out, n) * (size_t)d);
         ggml_quantize_chunk(out, cols.data(), bytes.data(), d, n);
         ml.add_override(down, out, {n, d}, std::move(bytes));

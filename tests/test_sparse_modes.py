@@ -40,9 +40,9 @@ def prompt(n, seed=0):
     return np.random.default_rng(seed).integers(0, tinymodel.vocab_size(), size=n).tolist()
 
 
-def ctx(path_or_model, mode="off", stats=False, verify=False, observe=False, n_ctx=128):
+def ctx(path_or_model, mode="off", stats=False, verify=False, observe=False, n_ctx=128, precision="high"):
     m = path_or_model if isinstance(path_or_model, _core.Model) else _core.Model(path_or_model)
-    return _core.Context(m, n_ctx, 64, 2, "f32", mode, stats, verify, observe)
+    return _core.Context(m, n_ctx, 64, 2, "f32", mode, stats, verify, observe, precision)
 
 
 def run_prompt(path, mode, toks, **kw):
@@ -51,9 +51,9 @@ def run_prompt(path, mode, toks, **kw):
     return c.logits_all().copy(), c
 
 
-def run_steps(path, mode, toks, n_gen):
+def run_steps(path, mode, toks, n_gen, precision="high"):
     """Prompt, then greedy decoding one token at a time: (logits of every step, tokens)."""
-    c = ctx(path, mode)
+    c = ctx(path, mode, precision=precision)
     c.decode(toks, all_logits=False)
     out, gen = [c.logits().copy()], []
     for _ in range(n_gen):
@@ -450,3 +450,39 @@ def test_predictor_mode_fused_bundle_with_down_t(models):
     sd, gd = run_steps(path, "off", toks[:5], 8)  # decoding: the fused op
     sp, gp = run_steps(pp, "predictor", toks[:5], 8)
     assert gp == gd and rel(sp, sd) <= RTOL
+
+
+def test_precision_high_reaches_the_fused_ffn(models):
+    """precision 'high' marks every weight product (ggml_op_takes_prec), the fused
+    sparse_ffn_bundle of predictor-mode decoding too. With q8_0 FFN weights and a
+    superset predictor, predictor decoding (the fused op) must equal dense decoding
+    at high precision (both see the activations to ~16 bits) far more closely than
+    dense at 8-bit activations comes to it: a fused op left at 8 bits fails here.
+    ffn_down is +-c: q8_0 stores it exactly alike as rows of n (ffn_down) and as
+    rows of d (ffn_down_t), so the sparse and the dense down projection use the
+    same weights (random values would round differently in the two layouts)."""
+    path = models["relu_down_t"][0]
+    d = models["dir"]
+    r = _core.GGUFReader(path)
+    q8 = _core.type_from_name("q8_0")
+    tensors = {}
+    for t in r.tensors:
+        kind = t.name.split(".")[-2]
+        if kind in ("ffn_gate", "ffn_up"):
+            tensors[t.name] = extgguf.encode(extgguf.to_f32(t), q8)
+        elif kind == "ffn_down":
+            w = extgguf.to_f32(t)
+            pm = np.where(w >= 0, 1.0, -1.0).astype(np.float32) * np.float32(np.sqrt(np.mean(w.astype(np.float64) ** 2)))
+            tensors[t.name] = extgguf.encode(pm, q8)
+            tensors[t.name.replace("ffn_down", "ffn_down_t")] = extgguf.encode(np.ascontiguousarray(pm.T), q8)
+    qp = extgguf.rewrite(path, str(d / "relu_dt_q8.gguf"), tensors)
+    pp = extgguf.add_sparse(qp, str(d / "relu_dt_q8_pred.gguf"), predictors=exact_predictor(qp, gated=True),
+                            threshold=-1e-3)
+    toks = prompt(5, seed=8)
+    hi, g_hi = run_steps(qp, "off", toks, 8, "high")
+    fast, _ = run_steps(qp, "off", toks, 8, "fast")
+    pred, g_pred = run_steps(pp, "predictor", toks, 8, "high")
+    gap_8bit = rel(fast, hi)
+    assert gap_8bit > 1e-3  # 8-bit activations are visibly off on this model
+    assert g_pred == g_hi
+    assert rel(pred, hi) <= gap_8bit / 20, (rel(pred, hi), gap_8bit)

@@ -330,7 +330,7 @@ def test_down_dense_path_unaligned_range_stays_sparse():
 
 
 def test_sparse_should_use_dense_policy_drives_the_op():
-    """mode 0 follows ggml_sparse_should_use_dense: full density -> dense path."""
+    """mode 0 follows the CPU's policy (ggml_cpu_sparse_should_use_dense): full density -> dense path."""
     g = np.random.default_rng(81)
     n, d = 256, 64
     wt, wt64 = make_weight("f32", n, d, g)
@@ -389,7 +389,7 @@ def test_bad_index_lists_and_ranges():
     with pytest.raises(ValueError, match="ascending"):
         _core.run_op("mul_mat_sparse_rows", [w, x, np.array([[2, 3, 1, -1, -1, -1]], np.int32)])
     with pytest.raises(ValueError, match="ascending"):
-        _core.run_op("sparse_down", [w, np.ones((1, 5), np.float32), np.array([[1, 7, -1, -1, -1, -1]], np.int32)])
+        _core.run_op("sparse_down", [w, np.ones((1, 5), np.float32), np.array([[2, 3, 3, -1, -1, -1]], np.int32)])
     with pytest.raises(ValueError, match="count"):
         _core.run_op("mul_mat_sparse_rows", [w, x, np.array([[9, 0, 1, 2, 3, 4]], np.int32)])
     with pytest.raises(ValueError, match="begin"):
@@ -397,7 +397,9 @@ def test_bad_index_lists_and_ranges():
     with pytest.raises(ValueError, match="differ"):
         _core.run_op("mul_mat_sparse_rows", [w, np.ones((1, 64), np.float32), np.zeros((1, 6), np.int32)])
     with pytest.raises(ValueError, match="idx"):
-        _core.run_op("sparse_down", [w, np.ones((1, 5), np.float32), np.zeros((1, 9), np.int32)])
+        _core.run_op("sparse_down", [w, np.ones((1, 5), np.float32), np.zeros((2, 1, 9), np.int32)])
+    with pytest.raises(ValueError, match="end <= n"):  # the weight holds 5 neurons, whatever the list spans
+        _core.run_op("sparse_down", [w, np.ones((1, 5), np.float32), np.zeros((1, 9), np.int32)], {"end": 8})
     with pytest.raises(ValueError, match="w_down"):
         _core.run_op("sparse_down", [w, np.ones((1, 5), np.float32), np.zeros((1, 6), np.int32), np.ones((5, 32), np.float32)])
     with pytest.raises(ValueError, match="mode"):
@@ -610,3 +612,160 @@ def test_sparse_ffn_bundle_dense_fallback(wtype, density, prec):
         ref = h @ t64
         mag = np.abs(h) @ np.abs(t64)
     assert np.all(np.abs(y - ref) <= 3e-5 * mag + 1e-30), np.abs(y - ref).max()
+
+
+# ---------------------------------------------------------------- neuron ranges and compact (hot-prefix) weights
+
+def first_rows(w, rows):
+    """The first `rows` rows of a run_op weight input (a device's compact hot prefix)."""
+    if isinstance(w, np.ndarray):
+        return np.ascontiguousarray(w[:rows])
+    raw, t, (nr, d) = w
+    rb = len(raw) // nr
+    return raw[:rows * rb], t, [rows, d]
+
+
+def first_cols(w, cols):
+    """The first `cols` columns of a run_op weight input (cols a multiple of the block size)."""
+    if isinstance(w, np.ndarray):
+        return np.ascontiguousarray(w[:, :cols])
+    raw, t, (nr, n) = w
+    rb, cb = len(raw) // nr, len(raw) // nr * cols // n
+    return b"".join(raw[r * rb:r * rb + cb] for r in range(nr)), t, [nr, cols]
+
+
+def range_cases(n, k):
+    """(begin, end, weight neurons): the hot prefix [0, k), the cold rest [k, n) and
+    empty ranges, each on weights of all n neurons and on weights of only `end`."""
+    out = []
+    for b, e in ((0, k), (k, n), (k, k), (0, 0), (n, n)):
+        out += [(b, e, n)] + ([(b, e, e)] if 0 < e < n else [])
+    return out
+
+
+@pytest.fixture(scope="module")
+def ffn_weights():
+    """Per weight type: (gate, up, down_t, down) of n neurons, float64 values, and
+    the neuron counts (n, hot prefix k, d). Built once per type."""
+    cache = {}
+
+    def get(wtype):
+        if wtype not in cache:
+            g = np.random.default_rng(500 + WEIGHT_TYPES.index(wtype))
+            B = max(blck(wtype), 32)
+            n, k, d = 4 * B, 2 * B, B if B > 32 else 2 * B
+            ws = [make_weight(wtype, n, d, g) for _ in range(3)] + [make_weight(wtype, d, n, g)]
+            cache[wtype] = (ws, (n, k, d), g)
+        return cache[wtype]
+    return get
+
+
+@pytest.mark.parametrize("wtype", WEIGHT_TYPES)
+@pytest.mark.parametrize("T", [1, 5])
+def test_ranges_rows_and_bundle(ffn_weights, wtype, T):
+    """mul_mat_sparse_rows (g = 1) and its gate/up bundle (g = 2) over [begin, end):
+    the active ids inside are the float64 dots, the inactive ones inside are 0; the
+    list spans all n neurons while the weight may hold only `end` (ids past it are
+    never read); the output has the weight's neuron count."""
+    (wg, wu, _, _), (n, k, d), g = ffn_weights(wtype)
+    wg_, g64 = wg
+    wu_, u64 = wu
+    x = g.standard_normal((T, d)).astype(np.float32)
+    act = random_active(n, 0.5, g)
+    idx = index_list(n, [act])
+    xs = act_as_seen(wtype, x)
+    for b, e, nw in range_cases(n, k):
+        on = np.zeros(nw, bool)
+        on[act[act < nw]] = True
+        in_rng = np.zeros(nw, bool)
+        in_rng[b:e] = True
+        y = run("mul_mat_sparse_rows", [first_rows(wg_, nw), x, idx], {"begin": b, "end": e}, slice(b, e))
+        assert y.size == T * nw
+        y = y.reshape(T, nw)
+        yb = run("mul_mat_sparse_rows", [interleave([first_rows(wg_, nw), first_rows(wu_, nw)], nw), x, idx],
+                 {"begin": b, "end": e, "g": 2}, slice(b, e)).reshape(2, T, nw)
+        for got, w64 in ((y, g64), (yb[0], g64), (yb[1], u64)):
+            ref = xs @ w64[:nw].T
+            mag = np.abs(xs) @ np.abs(w64[:nw]).T
+            sel = on & in_rng
+            assert np.all(np.abs(got[:, sel] - ref[:, sel]) <= 6e-6 * mag[:, sel] + 1e-30), (wtype, b, e, nw)
+            assert np.all(got[:, in_rng & ~on] == 0.0)
+
+
+@pytest.mark.parametrize("wtype", WEIGHT_TYPES)
+@pytest.mark.parametrize("T", [1, 5])
+def test_ranges_sparse_down(ffn_weights, wtype, T):
+    """sparse_down over [begin, end), sparse kernel (mode 1) and dense path on the
+    plain ffn_down (mode 2), on full and compact (`end` neurons) weights with a
+    list over all n: y = sum of h_i down_t_i over the active ids in the range."""
+    (_, _, wt, wd), (n, k, d), g = ffn_weights(wtype)
+    wt_, t64 = wt
+    wd_, d64 = wd
+    act = random_active(n, 0.5, g)
+    idx = index_list(n, [act])
+    for b, e, nw in range_cases(n, k):
+        h = g.standard_normal((T, nw)).astype(np.float32)
+        use = act[(act >= b) & (act < e)]
+        hm = np.zeros((T, nw))
+        hm[:, use] = h[:, use]
+        ins = [first_rows(wt_, nw), h, idx, first_cols(wd_, nw)]
+        y = run("sparse_down", ins, {"begin": b, "end": e, "mode": 1}).reshape(T, d)
+        mag = np.abs(hm) @ np.abs(t64[:nw])
+        assert np.all(np.abs(y - hm @ t64[:nw]) <= 1.2e-7 * (len(use) + 4) * mag + 1e-30), (wtype, b, e, nw)
+        yd = run("sparse_down", ins, {"begin": b, "end": e, "mode": 2}).reshape(T, d)
+        if b == e:
+            assert np.all(y == 0.0) and np.all(yd == 0.0)
+            continue
+        ref = act_as_seen(wtype, hm[:, b:e].astype(np.float32)) @ d64[:, b:e].T
+        mag = np.abs(hm[:, b:e]) @ np.abs(d64[:, b:e]).T
+        assert np.all(np.abs(yd - ref) <= 3e-6 * mag + 1e-30), (wtype, b, e, nw)
+
+
+@pytest.mark.parametrize("wtype", WEIGHT_TYPES)
+@pytest.mark.parametrize("T", [1, 5])
+def test_ranges_sparse_ffn_bundle(ffn_weights, wtype, T):
+    """The fused FFN over [begin, end): y_t = sum over the active ids in the range
+    of act(gate_i.x_t) up_i.x_t down_t_i, on a bundle of all n neurons and on one
+    of only `end` (the list spans n); every output written, 0 for an empty range.
+    With the plain matrices and a near-full range (policy: dense) the down
+    projection is the dense mat-vec over the columns [begin, end) of ffn_down."""
+    (wg, wu, wt, wd), (n, k, d), g = ffn_weights(wtype)
+    (wg_, g64), (wu_, u64), (wt_, t64), (wd_, d64) = wg, wu, wt, wd
+    x = g.standard_normal((T, d)).astype(np.float32)
+    xs = act_as_seen(wtype, x)
+    sparse_act = random_active(n, 0.3, g)
+    dense_act = np.setdiff1d(np.arange(n), np.arange(3, n, 10))  # 90% of every range
+    for b, e, nw in range_cases(n, k):
+        bundle = interleave([first_rows(wg_, nw), first_rows(wu_, nw), first_rows(wt_, nw)], nw)
+        for act, plain in ((sparse_act, False), (dense_act, True)):
+            idx = index_list(n, [act])
+            use = act[(act >= b) & (act < e)]
+            ins = [bundle, x, idx] + ([first_cols(wd_, nw), first_rows(wg_, nw), first_rows(wu_, nw)] if plain else [])
+            y = run("sparse_ffn_bundle", ins, {"act": "swiglu", "begin": b, "end": e}).reshape(T, d)
+            if b == e:
+                assert np.all(y == 0.0)
+                continue
+            gv, uv = xs @ g64[use].T, xs @ u64[use].T
+            h = ACTS["swiglu"](gv) * uv
+            if plain:  # dense: h over the range as the dot kernel sees it, against ffn_down
+                hr = np.zeros((T, e - b))
+                hr[:, use - b] = h
+                ref = act_as_seen(wtype, hr.astype(np.float32)) @ d64[:, b:e].T
+                mag = np.abs(hr) @ np.abs(d64[:, b:e]).T
+                assert np.all(np.abs(y - ref) <= 3e-5 * mag + 1e-30), (wtype, b, e, nw, "dense")
+            else:
+                ref = h @ t64[use]
+                mag = np.abs(h) @ np.abs(t64[use]) + np.abs(ACTS["swiglu"](gv)) * (np.abs(xs) @ np.abs(u64[use]).T) @ np.abs(t64[use])
+                assert np.all(np.abs(y - ref) <= 2e-5 * mag + 1e-30), (wtype, b, e, nw, "sparse")
+
+
+def test_ranges_bad_arguments():
+    w = np.ones((6, 32), np.float32)
+    x = np.ones((1, 32), np.float32)
+    idx = index_list(20, [[1, 4, 9, 17]])  # a list over 20 neurons, a weight of 6 (2 per bundle)
+    y = _core.run_op("sparse_ffn_bundle", [w, x, idx], {"begin": 0, "end": 2})
+    np.testing.assert_allclose(y.reshape(32), np.full(32, 32 * 32 / (1 + np.exp(-32.0))), rtol=1e-6)  # neuron 1 only
+    with pytest.raises(ValueError, match="end <= n"):
+        _core.run_op("sparse_ffn_bundle", [w, x, idx], {"begin": 0, "end": 3})
+    with pytest.raises(ValueError, match="begin"):
+        _core.run_op("sparse_ffn_bundle", [w, x, idx], {"begin": 2, "end": 1})

@@ -21,7 +21,7 @@
 // --batch T > 1 the sparsity is that of the union of the batch.
 //
 // "separate" gives sparse_down the dense ffn_down too, so it switches to it
-// above the crossover density (ggml_sparse_should_use_dense), as shipped.
+// above the crossover density (ggml_cpu_sparse_should_use_dense), as shipped.
 // The three runs alternate within every repetition, each on its own copy of
 // the weights (no run finds another's rows in the cache), so all see the same
 // machine load; the table reports the best repetition per layer and the
@@ -40,7 +40,7 @@
 #include <vector>
 
 #include "bench-read.h"
-#include "ggml.h"
+#include "ggml-cpu.h"
 
 namespace {
 
@@ -192,7 +192,8 @@ bool bench_type(ggml_type t, const opts &o, ggml_threadpool *tp) {
         for (int l = 0; l < L; l++) {
             ggml_tensor *y;
             if (sparse && fused) {
-                y = ggml_sparse_ffn_bundle(gctx, lw[l].bundle, lw[l].gate, lw[l].up, lw[l].down, cur, idx[l], GGML_OP_SWIGLU, false);
+                y = ggml_sparse_ffn_bundle(gctx, lw[l].bundle, lw[l].gate, lw[l].up, lw[l].down, cur, idx[l], 0, n, GGML_OP_SWIGLU,
+                                           false);
             } else if (sparse) {
                 ggml_tensor *gt = ggml_mul_mat_sparse_rows(gctx, lw[l].gate, cur, idx[l], 0, n);
                 ggml_tensor *ut = ggml_mul_mat_sparse_rows(gctx, lw[l].up, cur, idx[l], 0, n);
@@ -339,7 +340,8 @@ int main(int argc, char **argv) {
     for (const std::string &name : o.types) {
         const int t = ggml_type_from_name(name.c_str());
         const ggml_type_traits *tr = t < 0 ? nullptr : ggml_get_type_traits((ggml_type)t);
-        if (!tr || !tr->vec_dot || !tr->to_float || !tr->from_float) {
+        const ggml_cpu_type_traits *ct = t < 0 ? nullptr : ggml_get_cpu_type_traits((ggml_type)t);
+        if (!tr || !ct->vec_dot || !tr->to_float || !ct->from_float) {
             fprintf(stderr, "unsupported weight type '%s'\n", name.c_str());
             rc = 2;
             continue;

@@ -26,7 +26,7 @@
 #include <thread>
 #include <vector>
 
-#include "ggml.h"
+#include "ggml-cpu.h"
 #include "pinfer.h"
 #include "bench-read.h"
 
@@ -166,7 +166,7 @@ int cmd_matvec(int argc, char **argv) {
     std::vector<ggml_type> tv;
     for (const auto &s : types) {
         const int t = ggml_type_from_name(s.c_str());
-        const ggml_type_traits *tr = t < 0 ? nullptr : ggml_get_type_traits((ggml_type)t);
+        const ggml_cpu_type_traits *tr = t < 0 ? nullptr : ggml_get_cpu_type_traits((ggml_type)t);
         if (!tr || !tr->vec_dot) {
             fprintf(stderr, "pinfer-bench: '%s' is not a weight type with a dot kernel\n", s.c_str());
             return 2;

@@ -55,7 +55,7 @@
 
 #include <strings.h>
 
-#include "ggml.h"
+#include "ggml-cpu.h"
 #include "gguf.h"
 
 namespace {

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ggml-ops.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -49,12 +51,12 @@ enum ggml_type {
 typedef uint16_t ggml_fp16_t;
 typedef uint16_t ggml_bf16_t;
 
-// Row kernels of a type. A "row" of n elements (n a multiple of blck_size).
+// Row converters of a type. A "row" of n elements (n a multiple of blck_size).
 typedef void (*ggml_to_float_t)(const void *x, float *y, int64_t n);
 typedef void (*ggml_from_float_t)(const float *x, void *y, int64_t n);
-// s = dot(x, y) over n elements; x is of the weight type, y of its vec_dot_type.
-typedef void (*ggml_vec_dot_t)(int64_t n, float *s, const void *x, const void *y);
 
+// The format of a type: what every backend agrees on. A backend's kernels for
+// it live with the backend (the CPU's: ggml-cpu.h).
 struct ggml_type_traits {
     const char *name;
     int64_t blck_size;          // elements per block (1 for plain types)
@@ -63,10 +65,6 @@ struct ggml_type_traits {
     bool supported;             // false for ids that are reserved/unknown
     ggml_to_float_t to_float;   // dequantize a row (NULL if not available)
     ggml_from_float_t from_float_ref;  // portable reference quantizer (NULL if none)
-    ggml_from_float_t from_float;      // fastest available quantizer
-    ggml_vec_dot_t vec_dot;            // fastest available dot kernel
-    ggml_vec_dot_t vec_dot_ref;        // portable scalar dot kernel
-    enum ggml_type vec_dot_type;       // what activations are converted to
 };
 
 // NULL for an id outside [0, GGML_TYPE_COUNT) or an unsupported id.
@@ -80,53 +78,35 @@ size_t ggml_row_size(enum ggml_type type, int64_t ne);  // bytes of ne elements
 // Name -> type ("q4_0", "Q4_K", "f16", ...), case-insensitive; -1 if unknown.
 int ggml_type_from_name(const char *name);
 
-// Which kernel family the runtime picked for this CPU ("avx512", "avx2", "scalar").
-const char *ggml_cpu_backend_name(void);
-// Force the portable scalar kernels (for tests): 1 = scalar, 0 = best available.
-void ggml_cpu_force_scalar(int on);
-
 float ggml_fp16_to_fp32(ggml_fp16_t h);
 ggml_fp16_t ggml_fp32_to_fp16(float f);
 float ggml_bf16_to_fp32(ggml_bf16_t h);
 ggml_bf16_t ggml_fp32_to_bf16(float f);
 
-// Quantize nrows rows of n_per_row floats into dst; returns bytes written.
-size_t ggml_quantize_chunk(enum ggml_type type, const float *src, void *dst,
-                           int64_t nrows, int64_t n_per_row);
-
+// The operations, one per row of GGML_OP_LIST (ggml-ops.h).
 enum ggml_op {
-    GGML_OP_NONE = 0,
-    GGML_OP_DUP,        // same-type contiguous copy (cont)
-    GGML_OP_CPY,        // copy src0 into src1 (a view), converting type
-    GGML_OP_ADD,
-    GGML_OP_MUL,
-    GGML_OP_SCALE,
-    GGML_OP_RMS_NORM,
-    GGML_OP_NORM,
-    GGML_OP_MUL_MAT,
-    GGML_OP_GET_ROWS,
-    GGML_OP_ROPE,
-    GGML_OP_SOFT_MAX,
-    GGML_OP_RELU,
-    GGML_OP_SILU,
-    GGML_OP_GELU,
-    GGML_OP_SWIGLU,     // silu(a) * b
-    GGML_OP_REGLU,      // relu(a) * b
-    GGML_OP_GEGLU,      // gelu(a) * b
-    GGML_OP_ARGMAX,
-    GGML_OP_VIEW,
-    GGML_OP_RESHAPE,
-    GGML_OP_PERMUTE,
-    GGML_OP_TRANSPOSE,
-    GGML_OP_SPARSE_SELECT,       // score > threshold -> active index list
-    GGML_OP_MUL_MAT_SPARSE_ROWS, // row-sparse matvec (gate/up)
-    GGML_OP_SPARSE_DOWN,         // column-sparse down projection on ffn_down_t
-    GGML_OP_SPARSE_MASK,         // a where |a| > threshold, else 0
-    GGML_OP_SPARSE_FFN,          // fused gated FFN over a (gate, up, down_t) neuron bundle
+#define GGML_OP_ENUM_ROW(NAME, name, n_src_min, n_src_max, view, prec, work) GGML_OP_##NAME,
+    GGML_OP_LIST(GGML_OP_ENUM_ROW)
+#undef GGML_OP_ENUM_ROW
     GGML_OP_COUNT,
 };
 
-const char *ggml_op_name(enum ggml_op op);
+// What the op table says about an op.
+struct ggml_op_traits {
+    const char *name;     // "MUL_MAT"
+    const char *key;      // "mul_mat": the lower-case name (Python, kernel names)
+    int n_src_min;        // sources required ...
+    int n_src_max;        // ... and at most
+    bool is_view;         // only reinterprets memory: nothing to compute
+    bool takes_prec;      // a weight product: honours ggml_set_prec
+};
+// NULL for an id outside [0, GGML_OP_COUNT).
+const struct ggml_op_traits *ggml_get_op_traits(enum ggml_op op);
+const char *ggml_op_name(enum ggml_op op);  // "?" outside the table
+// Name ("mul_mat" or "MUL_MAT") -> op, case-insensitive; GGML_OP_COUNT if unknown.
+enum ggml_op ggml_op_from_name(const char *name);
+// Weight products, whose activation precision ggml_set_prec chooses.
+bool ggml_op_takes_prec(enum ggml_op op);
 
 enum ggml_tensor_flag {
     GGML_TENSOR_FLAG_INPUT = 1,   // written by the caller before compute
@@ -212,8 +192,9 @@ struct ggml_tensor *ggml_norm(struct ggml_context *ctx, struct ggml_tensor *a, f
 // a [K, M, A2, A3] (any weight type, rows contiguous), b [K, N, B2, B3] F32 ->
 // F32 [M, N, B2, B3]; a is broadcast over dims 2,3 (B2 % A2 == 0, B3 % A3 == 0).
 struct ggml_tensor *ggml_mul_mat(struct ggml_context *ctx, struct ggml_tensor *a, struct ggml_tensor *b);
-// Precision of the activations of a weight product (MUL_MAT,
-// MUL_MAT_SPARSE_ROWS, SPARSE_DOWN's dense path). DEFAULT: converted once to
+// Precision of the activations of a weight product (the ops with
+// ggml_op_takes_prec: MUL_MAT, MUL_MAT_SPARSE_ROWS, SPARSE_DOWN's dense path,
+// SPARSE_FFN). DEFAULT: converted once to
 // the weight type's vec_dot_type (8 bits per value for quantized weights, as
 // llama.cpp does). HIGH: the rounding residual is converted too and dotted
 // with the same weight row while it is in registers or L1, so the product sees
@@ -264,6 +245,13 @@ struct ggml_tensor *ggml_transpose(struct ggml_context *ctx, struct ggml_tensor 
 // C = 1 when T == 1 (the list of the token) and C = T + 1 otherwise: columns
 // 0..T-1 are the per-token lists and column T is their union. The sparse ops
 // read the LAST column only, i.e. a batch computes the union of its active sets.
+//
+// Neuron ranges: every sparse op takes [begin, end) and only the active ids in
+// it contribute; ids outside are skipped, never read. The weights need only
+// hold `end` neurons while the list spans all n (a device keeps a compact copy
+// of the hot prefix [0, k) and receives the list over all n): a weight's own
+// row count n_w (>= end) sets the op's neuron count and output shape, and the
+// list may be longer than n_w + 1.
 
 // Active ids of scores p [n, T] F32: p_i > threshold. Layout above.
 struct ggml_tensor *ggml_sparse_select(struct ggml_context *ctx, struct ggml_tensor *p, float threshold);
@@ -299,37 +287,44 @@ struct ggml_tensor *ggml_mul_mat_sparse_rows_bundle(struct ggml_context *ctx, st
 // (one contiguous read per neuron; any type with vec_dot and to_float), x
 // [d, T] F32 with T <= GGML_SPARSE_FFN_MAX_T, idx an active index list ->
 // F32 [d, T] with
-//   y_t = Σ_{i active} act(gate_i·x_t) · up'(up_i·x_t) · down_t_i
+//   y_t = Σ_{i active in [begin, end)} act(gate_i·x_t) · up'(up_i·x_t) · down_t_i
+// (every output written; 0 when no neuron of the range is active)
 // act: GGML_OP_SWIGLU (silu), GGML_OP_REGLU (relu) or GGML_OP_GEGLU (gelu);
 // up' = relu when relu_up (Bamboo-style), else identity. The active list is cut
 // into parts at fixed positions (never depending on the thread count), each
 // summed in ascending neuron order into its own accumulator by one worker, and
 // the parts are added in order: results are identical for every thread count.
 // w_gate, w_up [d, n] and w_down [n, d] (the plain matrices) may be NULL; when
-// all are given and ggml_sparse_should_use_dense says the active share is too
+// all are given and the dense policy (ggml_sparse_dense_policy) says the active share is too
 // large, gate and up are read from the plain matrices (a near-dense list
 // streams them in order, where the bundle would drag the down_t rows along)
-// and the down projection is the dense mat-vec of ggml_sparse_down (same sum).
+// and the down projection is the dense mat-vec of ggml_sparse_down over the
+// columns [begin, end) of w_down (same sum; needs begin and end on w_down
+// block boundaries, else stays sparse).
 #define GGML_SPARSE_FFN_MAX_T 8
 struct ggml_tensor *ggml_sparse_ffn_bundle(struct ggml_context *ctx, struct ggml_tensor *w, struct ggml_tensor *w_gate,
                                            struct ggml_tensor *w_up, struct ggml_tensor *w_down, struct ggml_tensor *x,
-                                           struct ggml_tensor *idx, enum ggml_op act, bool relu_up);
+                                           struct ggml_tensor *idx, int64_t begin, int64_t end, enum ggml_op act,
+                                           bool relu_up);
 // Column-sparse down projection: wt [d, n] (ffn_down_t: one contiguous row of d
 // per neuron, any type with to_float), h [n, T] F32 -> F32 [d, T] with
 // y[:, t] = Σ_{i active in [begin, end)} h[i, t] · wt_i. Every output is written
 // (0 when no neuron is active). Each output element is summed in ascending
 // neuron order, so results are identical for every thread count.
 // w_down [n, d] (the ordinary ffn_down, any type mul_mat supports) may be NULL;
-// when given, and ggml_sparse_should_use_dense says the active share of the
+// when given, and the dense policy (ggml_sparse_dense_policy) says the active share of the
 // range is too large for the sparse kernel to win, the op computes the same sum
 // as a dense matvec over the columns [begin, end) of w_down (inactive h taken
 // as 0; needs begin and end on w_down block boundaries, else stays sparse).
 struct ggml_tensor *ggml_sparse_down(struct ggml_context *ctx, struct ggml_tensor *wt, struct ggml_tensor *w_down,
                                      struct ggml_tensor *h, struct ggml_tensor *idx, int64_t begin, int64_t end);
-// Policy for a batch of T tokens whose union has n_active of n neurons active:
-// true when the dense matmuls are expected to be faster than the sparse ops
-// (crossover densities measured on this CPU backend, see docs/sparse-bench.md).
-bool ggml_sparse_should_use_dense(int64_t n_active, int64_t n, int64_t T);
+// Dense-vs-sparse crossover policy of a backend, for a batch of T tokens whose
+// union has n_active of n neurons (of the op's range) active: true when its
+// dense kernels are expected to be faster than its sparse ones. SPARSE_DOWN
+// (mode 0) and SPARSE_FFN ask the policy of the backend that computes them,
+// since a GPU's crossover differs from a CPU's; the CPU's is
+// ggml_cpu_sparse_should_use_dense (ggml-cpu.h).
+typedef bool (*ggml_sparse_dense_policy)(int64_t n_active, int64_t n, int64_t T);
 
 // ---- graphs ----
 struct ggml_cgraph;

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "ggml-backend-impl.h"
+#include "ggml-cpu.h"
 #include "ggml-impl.h"
 
 namespace {
@@ -100,9 +101,10 @@ void mem_memset(ggml_backend_buffer_type *bt, void *dst, uint8_t v, size_t n) {
 
 bool sim_supports_op(ggml_backend *, const ggml_tensor *op) { return ggml_is_transfer(op) || !ggml_tensor_is_host(op); }
 
-bool sim_sparse_dense(ggml_backend *, int64_t n_active, int64_t n, int64_t T) {
-    return ggml_sparse_should_use_dense(n_active, n, T);  // its kernels are the CPU's
-}
+// The simulated device's crossover: its kernels are the CPU's, so is the
+// policy -- set on its own pool, where a GPU backend would use its own.
+bool sim_policy(int64_t n_active, int64_t n, int64_t T) { return ggml_cpu_sparse_should_use_dense(n_active, n, T); }
+bool sim_sparse_dense(ggml_backend *, int64_t n_active, int64_t n, int64_t T) { return sim_policy(n_active, n, T); }
 
 // A device computes on its own memory only; a transfer node has one side on the host.
 bool check_node(const ggml_tensor *node) {
@@ -209,6 +211,7 @@ ggml_backend_t ggml_backend_sim_init(ggml_backend_sim_params params) {
         ggml_backend_set_error("sim: cannot start %d kernel threads", params.n_threads);
         return nullptr;
     }
+    ggml_threadpool_set_sparse_dense_policy(c->tp, sim_policy);
     c->mem.name = "sim";
     c->mem.host = false;
     c->mem.alignment = 256;

@@ -30,10 +30,15 @@ int ggml_cpu_compute_nodes(struct ggml_threadpool *tp, struct ggml_tensor **node
 // The op_params slot of a weight product's enum ggml_prec (ggml_set_prec).
 #define GGML_PREC_PARAM (GGML_MAX_OP_PARAMS - 1)
 
-// Ops that only reinterpret memory: nothing to compute.
+// Ops that only reinterpret memory: nothing to compute (the table's view column).
 static inline bool ggml_op_is_view(enum ggml_op op) {
-    return op == GGML_OP_VIEW || op == GGML_OP_RESHAPE || op == GGML_OP_PERMUTE || op == GGML_OP_TRANSPOSE ||
-           op == GGML_OP_NONE;
+    switch (op) {
+#define GGML_OP_VIEW_ROW(NAME, name, n_src_min, n_src_max, view, prec, work) \
+    case GGML_OP_##NAME: return view != 0;
+        GGML_OP_LIST(GGML_OP_VIEW_ROW)
+#undef GGML_OP_VIEW_ROW
+        default: return false;
+    }
 }
 
 #ifdef __cplusplus

@@ -8,7 +8,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "cpu/kernels.h"
 #include "ggml-quants.h"
 
 // Bit-exactness with the reference quantizers needs x*id + c to round twice,
@@ -971,36 +970,26 @@ extern "C" void ggml_types_init_ref_kernels(struct ggml_type_traits *table) {
         ggml_type type;
         ggml_to_float_t to_float;
         ggml_from_float_t from_float;
-        ggml_vec_dot_t vec_dot;
-        ggml_type vec_dot_type;
     };
     static const entry entries[] = {
-        {GGML_TYPE_F32, f32_to_float, f32_from_float, ggml_vec_dot_f32_f32_ref, GGML_TYPE_F32},
-        {GGML_TYPE_F16, f16_to_float, f16_from_float, ggml_vec_dot_f16_f16_ref, GGML_TYPE_F16},
-        {GGML_TYPE_BF16, bf16_to_float, bf16_from_float, ggml_vec_dot_bf16_bf16_ref, GGML_TYPE_BF16},
-        {GGML_TYPE_Q4_0, dequantize_row_q4_0, quantize_row_q4_0_ref, ggml_vec_dot_q4_0_q8_0_ref, GGML_TYPE_Q8_0},
-        {GGML_TYPE_Q4_1, dequantize_row_q4_1, quantize_row_q4_1_ref, ggml_vec_dot_q4_1_q8_1_ref, GGML_TYPE_Q8_1},
-        {GGML_TYPE_Q5_0, dequantize_row_q5_0, quantize_row_q5_0_ref, ggml_vec_dot_q5_0_q8_0_ref, GGML_TYPE_Q8_0},
-        {GGML_TYPE_Q5_1, dequantize_row_q5_1, quantize_row_q5_1_ref, ggml_vec_dot_q5_1_q8_1_ref, GGML_TYPE_Q8_1},
-        {GGML_TYPE_Q8_0, dequantize_row_q8_0, quantize_row_q8_0_ref, ggml_vec_dot_q8_0_q8_0_ref, GGML_TYPE_Q8_0},
-        // Q8_1 and Q8_K are activation formats: they have no dot kernel as weights.
-        {GGML_TYPE_Q8_1, dequantize_row_q8_1, quantize_row_q8_1_ref, nullptr, GGML_TYPE_Q8_1},
-        {GGML_TYPE_Q2_K, dequantize_row_q2_K, quantize_row_q2_K_ref, ggml_vec_dot_q2_K_q8_K_ref, GGML_TYPE_Q8_K},
-        {GGML_TYPE_Q3_K, dequantize_row_q3_K, quantize_row_q3_K_ref, ggml_vec_dot_q3_K_q8_K_ref, GGML_TYPE_Q8_K},
-        {GGML_TYPE_Q4_K, dequantize_row_q4_K, quantize_row_q4_K_ref, ggml_vec_dot_q4_K_q8_K_ref, GGML_TYPE_Q8_K},
-        {GGML_TYPE_Q5_K, dequantize_row_q5_K, quantize_row_q5_K_ref, ggml_vec_dot_q5_K_q8_K_ref, GGML_TYPE_Q8_K},
-        {GGML_TYPE_Q6_K, dequantize_row_q6_K, quantize_row_q6_K_ref, ggml_vec_dot_q6_K_q8_K_ref, GGML_TYPE_Q8_K},
-        {GGML_TYPE_Q8_K, dequantize_row_q8_K, quantize_row_q8_K_ref, nullptr, GGML_TYPE_Q8_K},
+        {GGML_TYPE_F32, f32_to_float, f32_from_float},
+        {GGML_TYPE_F16, f16_to_float, f16_from_float},
+        {GGML_TYPE_BF16, bf16_to_float, bf16_from_float},
+        {GGML_TYPE_Q4_0, dequantize_row_q4_0, quantize_row_q4_0_ref},
+        {GGML_TYPE_Q4_1, dequantize_row_q4_1, quantize_row_q4_1_ref},
+        {GGML_TYPE_Q5_0, dequantize_row_q5_0, quantize_row_q5_0_ref},
+        {GGML_TYPE_Q5_1, dequantize_row_q5_1, quantize_row_q5_1_ref},
+        {GGML_TYPE_Q8_0, dequantize_row_q8_0, quantize_row_q8_0_ref},
+        {GGML_TYPE_Q8_1, dequantize_row_q8_1, quantize_row_q8_1_ref},
+        {GGML_TYPE_Q2_K, dequantize_row_q2_K, quantize_row_q2_K_ref},
+        {GGML_TYPE_Q3_K, dequantize_row_q3_K, quantize_row_q3_K_ref},
+        {GGML_TYPE_Q4_K, dequantize_row_q4_K, quantize_row_q4_K_ref},
+        {GGML_TYPE_Q5_K, dequantize_row_q5_K, quantize_row_q5_K_ref},
+        {GGML_TYPE_Q6_K, dequantize_row_q6_K, quantize_row_q6_K_ref},
+        {GGML_TYPE_Q8_K, dequantize_row_q8_K, quantize_row_q8_K_ref},
     };
-    // Types without kernels (integers, f64) convert to themselves.
-    for (int i = 0; i < GGML_TYPE_COUNT; i++) table[i].vec_dot_type = (ggml_type)i;
     for (const entry &e : entries) {
-        ggml_type_traits &t = table[e.type];
-        t.to_float = e.to_float;
-        t.from_float_ref = e.from_float;
-        t.from_float = e.from_float;
-        t.vec_dot_ref = e.vec_dot;
-        t.vec_dot = e.vec_dot;
-        t.vec_dot_type = e.vec_dot_type;
+        table[e.type].to_float = e.to_float;
+        table[e.type].from_float_ref = e.from_float;
     }
 }

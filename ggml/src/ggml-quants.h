@@ -55,7 +55,11 @@ GGML_DECLARE_REF(q8_0) GGML_DECLARE_REF(q8_1) GGML_DECLARE_REF(q2_K) GGML_DECLAR
 GGML_DECLARE_REF(q4_K) GGML_DECLARE_REF(q5_K) GGML_DECLARE_REF(q6_K) GGML_DECLARE_REF(q8_K)
 #undef GGML_DECLARE_REF
 
-// Scalar dot kernels: weight type x its vec_dot_type.
+// Fills to_float and from_float_ref of the core type table (ggml-types.cpp).
+void ggml_types_init_ref_kernels(struct ggml_type_traits *table);
+
+// Scalar dot kernels: weight type x its vec_dot_type (the CPU's type table,
+// cpu/cpu-type-traits.cpp, holds them).
 void ggml_vec_dot_q4_0_q8_0_ref(int64_t n, float *s, const void *x, const void *y);
 void ggml_vec_dot_q4_1_q8_1_ref(int64_t n, float *s, const void *x, const void *y);
 void ggml_vec_dot_q5_0_q8_0_ref(int64_t n, float *s, const void *x, const void *y);

@@ -1,18 +1,20 @@
 // Constructors of the neuron-aware (sparse FFN) operations. The CPU kernels
-// are in cpu/ops-sparse.cpp; the index-list layout is documented in ggml.h.
+// are in cpu/ops-sparse.cpp (which refuse a weight type they have no dot
+// kernel for); the index-list layout is documented in ggml.h.
 //
 // op_params: SPARSE_SELECT {f32 threshold, i32 abs}; SPARSE_MASK {f32 threshold}; MUL_MAT_SPARSE_ROWS {i32 begin,
-// i32 end, i32 g}; SPARSE_DOWN {i32 begin, i32 end, i32 mode}: mode 0 = the policy
-// ggml_sparse_should_use_dense picks the path, 1 = always sparse, 2 = dense
+// i32 end, i32 g}; SPARSE_FFN {i32 begin, i32 end, i32 act, i32 relu_up}; SPARSE_DOWN {i32 begin, i32 end, i32 mode}: mode 0 = the policy
+// the dense policy of the computing backend picks the path, 1 = always sparse, 2 = dense
 // whenever w_down is given and the range is aligned (tests set it).
 #include <cstring>
 #include <initializer_list>
 
 #include "ggml-impl.h"
 
-static void check_idx(const char *op, const ggml_tensor *idx, int64_t n) {
+// The list may span more neurons than the weight holds (ggml.h: neuron ranges).
+static void check_idx(const char *op, const ggml_tensor *idx) {
     if (idx->type != GGML_TYPE_I32) ggml_abort("%s: idx must be I32", op);
-    if (idx->ne[0] < 1 || idx->ne[0] > n + 1) ggml_abort("%s: idx must have 1..n+1 = %lld rows", op, (long long)(n + 1));
+    if (idx->ne[0] < 1 || idx->ne[0] - 1 > INT32_MAX) ggml_abort("%s: idx must have 1..2^31 rows", op);
     if (idx->nb[0] != sizeof(int32_t)) ggml_abort("%s: idx must be contiguous in dim 0", op);
     if (idx->ne[2] != 1 || idx->ne[3] != 1) ggml_abort("%s: idx must be 2-D", op);
 }
@@ -68,14 +70,12 @@ ggml_tensor *ggml_sparse_predict(ggml_context *ctx, ggml_tensor *fc1, ggml_tenso
 ggml_tensor *ggml_mul_mat_sparse_rows_bundle(ggml_context *ctx, ggml_tensor *w, ggml_tensor *x, ggml_tensor *idx,
                                              int64_t begin, int64_t end, int g) {
     const char *op = g == 1 ? "mul_mat_sparse_rows" : "mul_mat_sparse_rows_bundle";
-    const ggml_type_traits *tr = ggml_get_type_traits(w->type);
-    if (!tr->vec_dot) ggml_abort("%s: no dot kernel for weight type %s", op, tr->name);
     if (!ggml_is_contiguous_rows(w) || w->ne[2] != 1 || w->ne[3] != 1) ggml_abort("%s: w must be 2-D with contiguous rows", op);
     if (x->type != GGML_TYPE_F32 || x->nb[0] != sizeof(float)) ggml_abort("%s: x must be F32 with contiguous rows", op);
     if (x->ne[0] != w->ne[0] || x->ne[2] != 1 || x->ne[3] != 1) ggml_abort("%s: x must be [d, T] with w [d, n]", op);
     if (g < 1 || w->ne[1] % g) ggml_abort("%s: w has %lld rows, not a multiple of g = %d", op, (long long)w->ne[1], g);
     const int64_t n = w->ne[1] / g;
-    check_idx(op, idx, n);
+    check_idx(op, idx);
     ggml_tensor *r = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, n, x->ne[1], g);
     r->op = GGML_OP_MUL_MAT_SPARSE_ROWS;
     r->src[0] = w;
@@ -92,10 +92,11 @@ ggml_tensor *ggml_mul_mat_sparse_rows(ggml_context *ctx, ggml_tensor *w, ggml_te
 }
 
 ggml_tensor *ggml_sparse_ffn_bundle(ggml_context *ctx, ggml_tensor *w, ggml_tensor *w_gate, ggml_tensor *w_up,
-                                   ggml_tensor *w_down, ggml_tensor *x, ggml_tensor *idx, ggml_op act, bool relu_up) {
+                                   ggml_tensor *w_down, ggml_tensor *x, ggml_tensor *idx, int64_t begin, int64_t end,
+                                   ggml_op act, bool relu_up) {
     const char *op = "sparse_ffn_bundle";
     const ggml_type_traits *tr = ggml_get_type_traits(w->type);
-    if (!tr->vec_dot || !tr->to_float) ggml_abort("%s: weight type %s has no dot kernel or no to_float", op, tr->name);
+    if (!tr->to_float) ggml_abort("%s: weight type %s has no to_float", op, tr->name);
     if (!ggml_is_contiguous_rows(w) || w->ne[2] != 1 || w->ne[3] != 1) ggml_abort("%s: w must be 2-D with contiguous rows", op);
     if (w->ne[1] % 3) ggml_abort("%s: w has %lld rows, not 3 per neuron", op, (long long)w->ne[1]);
     const int64_t n = w->ne[1] / 3;
@@ -107,10 +108,8 @@ ggml_tensor *ggml_sparse_ffn_bundle(ggml_context *ctx, ggml_tensor *w, ggml_tens
     if (x->ne[0] != w->ne[0] || x->ne[2] != 1 || x->ne[3] != 1) ggml_abort("%s: x must be [d, T] with w [d, 3n]", op);
     if (x->ne[1] > GGML_SPARSE_FFN_MAX_T) ggml_abort("%s: %lld tokens, at most %d", op, (long long)x->ne[1], GGML_SPARSE_FFN_MAX_T);
     if (act != GGML_OP_SWIGLU && act != GGML_OP_REGLU && act != GGML_OP_GEGLU) ggml_abort("%s: act must be a gated op", op);
-    check_idx(op, idx, n);
+    check_idx(op, idx);
     if (w_down) {
-        const ggml_type_traits *td = ggml_get_type_traits(w_down->type);
-        if (!td->vec_dot) ggml_abort("%s: no dot kernel for w_down type %s", op, td->name);
         if (w_down->ne[0] != n || w_down->ne[1] != w->ne[0] || w_down->ne[2] != 1 || w_down->ne[3] != 1 ||
             !ggml_is_contiguous_rows(w_down))
             ggml_abort("%s: w_down must be 2-D [n, d] with contiguous rows for w [d, 3n]", op);
@@ -123,8 +122,9 @@ ggml_tensor *ggml_sparse_ffn_bundle(ggml_context *ctx, ggml_tensor *w, ggml_tens
     r->src[3] = w_down;
     r->src[4] = w_gate;
     r->src[5] = w_up;
-    r->op_params[0] = (int32_t)act;
-    r->op_params[1] = relu_up ? 1 : 0;
+    set_range(op, r, begin, end, n);
+    r->op_params[2] = (int32_t)act;
+    r->op_params[3] = relu_up ? 1 : 0;
     return r;
 }
 
@@ -136,10 +136,8 @@ ggml_tensor *ggml_sparse_down(ggml_context *ctx, ggml_tensor *wt, ggml_tensor *w
     if (!ggml_is_contiguous_rows(wt) || wt->ne[2] != 1 || wt->ne[3] != 1) ggml_abort("%s: wt must be 2-D with contiguous rows", op);
     if (h->type != GGML_TYPE_F32 || h->nb[0] != sizeof(float)) ggml_abort("%s: h must be F32 with contiguous rows", op);
     if (h->ne[0] != wt->ne[1] || h->ne[2] != 1 || h->ne[3] != 1) ggml_abort("%s: h must be [n, T] with wt [d, n]", op);
-    check_idx(op, idx, wt->ne[1]);
+    check_idx(op, idx);
     if (wd) {
-        const ggml_type_traits *td = ggml_get_type_traits(wd->type);
-        if (!td->vec_dot) ggml_abort("%s: no dot kernel for w_down type %s", op, td->name);
         if (wd->ne[0] != wt->ne[1] || wd->ne[1] != wt->ne[0] || wd->ne[2] != 1 || wd->ne[3] != 1 || !ggml_is_contiguous_rows(wd))
             ggml_abort("%s: w_down must be 2-D [n, d] with contiguous rows for wt [d, n]", op);
     }

@@ -1,18 +1,14 @@
-// The single table of tensor types: names and block geometry, with kernel
-// slots filled once at start-up by the reference and CPU kernel modules.
+// The single table of tensor types: names, block geometry and the reference
+// converters (ggml-quants.cpp). Kernels are a backend's (cpu/cpu-type-traits.cpp).
 #include <strings.h>
 
-#include <mutex>
-
-#include "cpu/kernels.h"
+#include "ggml-quants.h"
 #include "ggml.h"
 
 namespace {
 
 struct type_table {
     ggml_type_traits t[GGML_TYPE_COUNT] = {};
-    const char *cpu_name = "scalar";
-    ggml_type_traits ref[GGML_TYPE_COUNT] = {};  // copy with only reference kernels
 
     void set(ggml_type type, const char *name, int64_t blck, size_t size, bool quantized) {
         t[type].name = name;
@@ -44,12 +40,8 @@ struct type_table {
         set(GGML_TYPE_I64, "i64", 1, 8, false);
         set(GGML_TYPE_F64, "f64", 1, 8, false);
         ggml_types_init_ref_kernels(t);
-        for (int i = 0; i < GGML_TYPE_COUNT; i++) ref[i] = t[i];
-        cpu_name = ggml_cpu_init_kernels(t);
     }
 };
-
-bool g_force_scalar = false;
 
 const type_table &table() {
     static type_table tt;
@@ -63,7 +55,7 @@ extern "C" {
 const ggml_type_traits *ggml_get_type_traits(ggml_type type) {
     if ((int)type < 0 || (int)type >= GGML_TYPE_COUNT) return nullptr;
     const type_table &tt = table();
-    const ggml_type_traits *tr = g_force_scalar ? &tt.ref[type] : &tt.t[type];
+    const ggml_type_traits *tr = &tt.t[type];
     return tr->supported ? tr : nullptr;
 }
 
@@ -88,19 +80,6 @@ int ggml_type_from_name(const char *name) {
         if (tr && strcasecmp(tr->name, name) == 0) return i;
     }
     return -1;
-}
-
-const char *ggml_cpu_backend_name(void) { return g_force_scalar ? "scalar" : table().cpu_name; }
-
-void ggml_cpu_force_scalar(int on) { g_force_scalar = on != 0; }
-
-size_t ggml_quantize_chunk(ggml_type type, const float *src, void *dst, int64_t nrows, int64_t n_per_row) {
-    const ggml_type_traits *tr = ggml_get_type_traits(type);
-    const size_t row = ggml_row_size(type, n_per_row);
-    for (int64_t r = 0; r < nrows; r++) {
-        tr->from_float(src + r * n_per_row, (char *)dst + r * row, n_per_row);
-    }
-    return row * (size_t)nrows;
 }
 
 }  // extern "C"

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <strings.h>
 
 #include "ggml-impl.h"
 
@@ -235,15 +236,25 @@ bool ggml_can_repeat(const ggml_tensor *small, const ggml_tensor *big) {
 
 // ---- operations ----
 
-static const char *k_op_names[GGML_OP_COUNT] = {
-    "NONE", "DUP", "CPY", "ADD", "MUL", "SCALE", "RMS_NORM", "NORM", "MUL_MAT", "GET_ROWS", "ROPE",
-    "SOFT_MAX", "RELU", "SILU", "GELU", "SWIGLU", "REGLU", "GEGLU", "ARGMAX", "VIEW", "RESHAPE",
-    "PERMUTE", "TRANSPOSE", "SPARSE_SELECT", "MUL_MAT_SPARSE_ROWS", "SPARSE_DOWN",
-    "SPARSE_MASK",
-    "SPARSE_FFN",
-};
+#define GGML_OP_TRAITS_ROW(NAME, name, n_src_min, n_src_max, view, prec, work) \
+    {#NAME, #name, n_src_min, n_src_max, view != 0, prec != 0},
+static const ggml_op_traits k_op_traits[] = {GGML_OP_LIST(GGML_OP_TRAITS_ROW)};
+#undef GGML_OP_TRAITS_ROW
+static_assert(sizeof(k_op_traits) / sizeof(k_op_traits[0]) == GGML_OP_COUNT, "one row per op");
 
-const char *ggml_op_name(ggml_op op) { return (int)op >= 0 && op < GGML_OP_COUNT ? k_op_names[op] : "?"; }
+const ggml_op_traits *ggml_get_op_traits(ggml_op op) {
+    return (int)op >= 0 && op < GGML_OP_COUNT ? &k_op_traits[op] : nullptr;
+}
+
+const char *ggml_op_name(ggml_op op) { return (int)op >= 0 && op < GGML_OP_COUNT ? k_op_traits[op].name : "?"; }
+
+ggml_op ggml_op_from_name(const char *name) {
+    for (int i = 0; i < GGML_OP_COUNT; i++)
+        if (strcasecmp(k_op_traits[i].key, name) == 0) return (ggml_op)i;
+    return GGML_OP_COUNT;
+}
+
+bool ggml_op_takes_prec(ggml_op op) { return (int)op >= 0 && op < GGML_OP_COUNT && k_op_traits[op].takes_prec; }
 
 static ggml_tensor *new_f32_like(ggml_context *ctx, const ggml_tensor *a) {
     return ggml_new_tensor(ctx, GGML_TYPE_F32, GGML_MAX_DIMS, a->ne);
@@ -310,8 +321,7 @@ ggml_tensor *ggml_mul_mat(ggml_context *ctx, ggml_tensor *a, ggml_tensor *b) {
 }
 
 void ggml_set_prec(ggml_tensor *t, ggml_prec prec) {
-    if (t->op != GGML_OP_MUL_MAT && t->op != GGML_OP_MUL_MAT_SPARSE_ROWS && t->op != GGML_OP_SPARSE_DOWN &&
-        t->op != GGML_OP_SPARSE_FFN)
+    if (!ggml_op_takes_prec(t->op))
         ggml_abort("set_prec: %s is not a weight product", t->name);
     t->op_params[GGML_PREC_PARAM] = (int32_t)prec;
 }

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "bind.h"
-#include "ggml.h"
+#include "ggml-cpu.h"
 
 namespace {
 
@@ -179,19 +179,28 @@ struct Graph {
     static std::string p_str(const nb::dict &p, const char *k, const char *def) {
         return p.contains(k) ? nb::cast<std::string>(p[k]) : std::string(def);
     }
-    // An index list over n neurons: its layout, and, when its values are known
-    // now, its contents (before a kernel would abort on them).
-    static void check_index_list(const std::string &name, const ggml_tensor *idx, int64_t n) {
-        if (idx->type != GGML_TYPE_I32 || idx->nb[0] != sizeof(int32_t) || idx->ne[2] != 1 || idx->ne[3] != 1 ||
-            idx->ne[0] < 1 || idx->ne[0] > n + 1)
-            throw nb::value_error((name + ": idx must be int32 [C, m+1] with m <= n").c_str());
+    // An index list: its layout, and, when its values are known now, its
+    // contents (before a kernel would abort on them). It may span more neurons
+    // than the weight holds: ids outside [begin, end) are skipped (ggml.h).
+    static void check_index_list(const std::string &name, const ggml_tensor *idx) {
+        if (idx->type != GGML_TYPE_I32 || idx->nb[0] != sizeof(int32_t) || idx->ne[2] != 1 || idx->ne[3] != 1 || idx->ne[0] < 1)
+            throw nb::value_error((name + ": idx must be int32 [C, m+1]").c_str());
         if (!idx->data) return;
         const int32_t *col = (const int32_t *)((const char *)idx->data + (idx->ne[1] - 1) * idx->nb[1]);
         if (col[0] < 0 || col[0] > idx->ne[0] - 1) throw nb::value_error((name + ": bad index list count").c_str());
         for (int32_t j = 1; j <= col[0]; j++)
-            if (col[j] < 0 || col[j] >= n || (j > 1 && col[j] <= col[j - 1]))
-                throw nb::value_error((name + ": index list must be strictly ascending ids in [0, n)").c_str());
+            if (col[j] < 0 || (j > 1 && col[j] <= col[j - 1]))
+                throw nb::value_error((name + ": index list must be strictly ascending ids >= 0").c_str());
     }
+    // The neuron range [begin, end) of a sparse op over a weight of n neurons.
+    static void neuron_range(const std::string &name, const nb::dict &p, int64_t n, int64_t *begin, int64_t *end) {
+        *begin = p.contains("begin") ? nb::cast<int64_t>(p["begin"]) : 0;
+        *end = p.contains("end") ? nb::cast<int64_t>(p["end"]) : n;
+        if (*begin < 0 || *begin > *end || *end > n)
+            throw nb::value_error((name + ": need 0 <= begin <= end <= n (the weight's " + std::to_string(n) + " neurons)").c_str());
+    }
+    // A weight type the CPU can multiply (the op kernels abort on the others).
+    static bool has_dot(ggml_type t) { return ggml_get_cpu_type_traits(t)->vec_dot != nullptr; }
     // "prec": "high" | "default" (ggml_set_prec) for the weight products
     static void set_prec(ggml_tensor *r, const nb::dict &p) {
         if (!p.contains("prec")) return;
@@ -204,51 +213,53 @@ struct Graph {
         check_room();
         std::vector<ggml_tensor *> s;
         for (int id : srcs) s.push_back(t(id));
-        auto need = [&](size_t lo, size_t hi) {
-            if (s.size() < lo || s.size() > hi)
-                throw nb::value_error((name + ": expects " + std::to_string(lo) +
-                                       (lo == hi ? "" : "-" + std::to_string(hi)) + " inputs").c_str());
-        };
+        // The op table's row for the name (constructor names that differ from
+        // it: "cont", "sparse_ffn_bundle"); sparse_predict builds several nodes.
+        const bool pred = name == "sparse_predict";
+        const ggml_op op = name == "cont" ? GGML_OP_DUP
+                           : name == "sparse_ffn_bundle" ? GGML_OP_SPARSE_FFN
+                           : pred ? GGML_OP_SPARSE_SELECT : ggml_op_from_name(name.c_str());
+        const ggml_op_traits *tr_op = ggml_get_op_traits(op);
+        if (!tr_op) throw nb::value_error(("unknown op '" + name + "'").c_str());
+        if (tr_op->is_view) throw nb::value_error(("op '" + name + "' is a view: use Graph.view, reshape, permute or transpose").c_str());
+        const size_t lo = pred ? 3 : (size_t)tr_op->n_src_min, hi = pred ? 3 : (size_t)tr_op->n_src_max;
+        if (s.size() < lo || s.size() > hi)
+            throw nb::value_error((name + ": expects " + std::to_string(lo) + (lo == hi ? "" : "-" + std::to_string(hi)) +
+                                   " inputs").c_str());
+        if (params.contains("prec") && !tr_op->takes_prec)
+            throw nb::value_error((name + ": 'prec' is for weight products only").c_str());
         auto f32 = [&](ggml_tensor *x, const char *what) {
             if (x->type != GGML_TYPE_F32) throw nb::type_error((name + ": " + what + " must be F32").c_str());
         };
         ggml_tensor *r = nullptr;
-        if (name == "add" || name == "mul") {
-            need(2, 2);
+        if (op == GGML_OP_ADD || op == GGML_OP_MUL) {
             f32(s[0], "a");
             f32(s[1], "b");
             if (!ggml_can_repeat(s[1], s[0])) throw nb::value_error((name + ": b cannot be broadcast to a").c_str());
-            r = name == "add" ? ggml_add(ctx, s[0], s[1]) : ggml_mul(ctx, s[0], s[1]);
-        } else if (name == "scale") {
-            need(1, 1);
+            r = op == GGML_OP_ADD ? ggml_add(ctx, s[0], s[1]) : ggml_mul(ctx, s[0], s[1]);
+        } else if (op == GGML_OP_SCALE) {
             f32(s[0], "a");
             r = ggml_scale(ctx, s[0], (float)fparam(params, "scale", 1.0));
-        } else if (name == "rms_norm" || name == "norm") {
-            need(1, 1);
+        } else if (op == GGML_OP_RMS_NORM || op == GGML_OP_NORM) {
             f32(s[0], "a");
-            const float eps = (float)fparam(params, "eps", name == "norm" ? 1e-5 : 1e-6);
-            r = name == "norm" ? ggml_norm(ctx, s[0], eps) : ggml_rms_norm(ctx, s[0], eps);
-        } else if (name == "relu" || name == "silu" || name == "gelu") {
-            need(1, 1);
+            const float eps = (float)fparam(params, "eps", op == GGML_OP_NORM ? 1e-5 : 1e-6);
+            r = op == GGML_OP_NORM ? ggml_norm(ctx, s[0], eps) : ggml_rms_norm(ctx, s[0], eps);
+        } else if (op == GGML_OP_RELU || op == GGML_OP_SILU || op == GGML_OP_GELU) {
             f32(s[0], "a");
-            r = name == "relu" ? ggml_relu(ctx, s[0]) : name == "silu" ? ggml_silu(ctx, s[0]) : ggml_gelu(ctx, s[0]);
-        } else if (name == "swiglu" || name == "reglu" || name == "geglu") {
-            need(2, 2);
+            r = op == GGML_OP_RELU ? ggml_relu(ctx, s[0]) : op == GGML_OP_SILU ? ggml_silu(ctx, s[0]) : ggml_gelu(ctx, s[0]);
+        } else if (op == GGML_OP_SWIGLU || op == GGML_OP_REGLU || op == GGML_OP_GEGLU) {
             f32(s[0], "a");
             f32(s[1], "b");
             if (!ggml_are_same_shape(s[0], s[1])) throw nb::value_error((name + ": a and b differ in shape").c_str());
-            r = name == "swiglu" ? ggml_swiglu(ctx, s[0], s[1])
-                : name == "reglu" ? ggml_reglu(ctx, s[0], s[1]) : ggml_geglu(ctx, s[0], s[1]);
-        } else if (name == "mul_mat") {
-            need(2, 2);
+            r = op == GGML_OP_SWIGLU ? ggml_swiglu(ctx, s[0], s[1])
+                : op == GGML_OP_REGLU ? ggml_reglu(ctx, s[0], s[1]) : ggml_geglu(ctx, s[0], s[1]);
+        } else if (op == GGML_OP_MUL_MAT) {
             f32(s[1], "b");
             if (s[0]->ne[0] != s[1]->ne[0]) throw nb::value_error("mul_mat: a and b differ in K (ne0)");
             if (s[1]->ne[2] % s[0]->ne[2] || s[1]->ne[3] % s[0]->ne[3]) throw nb::value_error("mul_mat: cannot broadcast a over b");
             if (!ggml_is_contiguous_rows(s[0])) throw nb::value_error("mul_mat: rows of a must be contiguous");
             r = ggml_mul_mat(ctx, s[0], s[1]);
-            set_prec(r, params);
-        } else if (name == "get_rows") {
-            need(2, 2);
+        } else if (op == GGML_OP_GET_ROWS) {
             ggml_tensor *idx = s[1];
             if (idx->type != GGML_TYPE_I32 || ggml_n_dims(idx) != 1) throw nb::type_error("get_rows: indices must be 1-D int32");
             if (!ggml_is_contiguous_rows(s[0])) throw nb::value_error("get_rows: rows of a must be contiguous");
@@ -261,8 +272,7 @@ struct Graph {
                 }
             }
             r = ggml_get_rows(ctx, s[0], idx);
-        } else if (name == "rope") {
-            need(2, 2);
+        } else if (op == GGML_OP_ROPE) {
             f32(s[0], "a");
             const int n_dims = iparam(params, "n_dims", (int)s[0]->ne[0]);
             const int mode = iparam(params, "mode", 0);
@@ -272,8 +282,7 @@ struct Graph {
             if (mode != 0 && mode != 2) throw nb::value_error("rope: mode must be 0 (normal) or 2 (neox)");
             r = ggml_rope(ctx, s[0], s[1], n_dims, mode, (float)fparam(params, "freq_base", 10000.0),
                           (float)fparam(params, "freq_scale", 1.0));
-        } else if (name == "soft_max") {
-            need(1, 2);
+        } else if (op == GGML_OP_SOFT_MAX) {
             f32(s[0], "a");
             ggml_tensor *mask = s.size() > 1 ? s[1] : nullptr;
             if (mask) {
@@ -281,25 +290,20 @@ struct Graph {
                 if (mask->ne[0] != s[0]->ne[0] || mask->ne[1] < s[0]->ne[1]) throw nb::value_error("soft_max: mask must be [ne0, >= ne1]");
             }
             r = ggml_soft_max_ext(ctx, s[0], mask, (float)fparam(params, "scale", 1.0));
-        } else if (name == "argmax") {
-            need(1, 1);
+        } else if (op == GGML_OP_ARGMAX) {
             f32(s[0], "a");
             if (s[0]->ne[2] != 1 || s[0]->ne[3] != 1) throw nb::value_error("argmax: a must be 2-D");
             r = ggml_argmax(ctx, s[0]);
-        } else if (name == "cpy") {
-            need(2, 2);
+        } else if (op == GGML_OP_CPY) {
             if (ggml_nelements(s[0]) != ggml_nelements(s[1])) throw nb::value_error("cpy: element counts differ");
             auto ok = [](ggml_type x) { return x == GGML_TYPE_F32 || x == GGML_TYPE_F16 || x == GGML_TYPE_BF16; };
             if (!ok(s[0]->type) || !ok(s[1]->type)) throw nb::type_error("cpy: types must be F32, F16 or BF16");
             r = ggml_cpy(ctx, s[0], s[1]);
-        } else if (name == "cont" || name == "dup") {
-            need(1, 1);
+        } else if (op == GGML_OP_DUP) {
             if (ggml_get_type_traits(s[0]->type)->is_quantized && !ggml_is_contiguous_rows(s[0]))
                 throw nb::value_error("cont: quantized tensors need contiguous rows");
             r = ggml_cont(ctx, s[0]);
-        } else if (name == "sparse_select" || name == "sparse_predict") {
-            const bool pred = name == "sparse_predict";
-            need(pred ? 3 : 1, pred ? 3 : 1);
+        } else if (op == GGML_OP_SPARSE_SELECT || pred) {
             ggml_tensor *x = s[pred ? 2 : 0];
             f32(x, pred ? "x" : "p");
             if (x->ne[2] != 1 || x->ne[3] != 1) throw nb::value_error((name + ": input must be 2-D [T, n]").c_str());
@@ -313,13 +317,11 @@ struct Graph {
             } else {
                 r = iparam(params, "abs", 0) ? ggml_sparse_select_abs(ctx, x, thr) : ggml_sparse_select(ctx, x, thr);
             }
-        } else if (name == "sparse_mask") {
-            need(1, 1);
+        } else if (op == GGML_OP_SPARSE_MASK) {
             f32(s[0], "a");
             if (s[0]->ne[2] != 1 || s[0]->ne[3] != 1) throw nb::value_error("sparse_mask: input must be 2-D [T, n]");
             r = ggml_sparse_mask(ctx, s[0], (float)fparam(params, "threshold", 0.0));
-        } else if (name == "sparse_ffn_bundle") {
-            need(3, 6);
+        } else if (op == GGML_OP_SPARSE_FFN) {
             ggml_tensor *w = s[0], *x = s[1], *idx = s[2], *wd = s.size() > 3 ? s[3] : nullptr;
             ggml_tensor *wg = s.size() > 4 ? s[4] : nullptr, *wu = s.size() > 5 ? s[5] : nullptr;  // plain gate, up
             if ((wg || wu) && !(wg && wu && wd)) throw nb::value_error("sparse_ffn_bundle: give w_down, w_gate and w_up together");
@@ -327,9 +329,9 @@ struct Graph {
                 if (q && (q->type != w->type || q->ne[0] != w->ne[0] || q->ne[1] != w->ne[1] / 3 || q->ne[2] != 1 || q->ne[3] != 1))
                     throw nb::value_error("sparse_ffn_bundle: w_gate and w_up must be [n, d] of the bundle's type");
             const ggml_type_traits *tr = ggml_get_type_traits(w->type);
-            if (!tr->vec_dot || !tr->to_float) throw nb::type_error(("sparse_ffn_bundle: unsupported weight type " + std::string(tr->name)).c_str());
+            if (!has_dot(w->type) || !tr->to_float) throw nb::type_error(("sparse_ffn_bundle: unsupported weight type " + std::string(tr->name)).c_str());
             if (wd && (wd->ne[0] != w->ne[1] / 3 || wd->ne[1] != w->ne[0] || wd->ne[2] != 1 || wd->ne[3] != 1 ||
-                       !ggml_is_contiguous_rows(wd) || !ggml_get_type_traits(wd->type)->vec_dot))
+                       !ggml_is_contiguous_rows(wd) || !has_dot(wd->type)))
                 throw nb::value_error("sparse_ffn_bundle: w_down must be [d, n] (numpy order) for a bundle of [3n, d]");
             if (!ggml_is_contiguous_rows(w) || w->ne[2] != 1 || w->ne[3] != 1 || w->ne[1] % 3)
                 throw nb::value_error("sparse_ffn_bundle: weight must be 2-D [3n, d] with contiguous rows");
@@ -338,18 +340,18 @@ struct Graph {
                 throw nb::value_error("sparse_ffn_bundle: x must be [T, d]");
             if (x->ne[1] > GGML_SPARSE_FFN_MAX_T) throw nb::value_error("sparse_ffn_bundle: too many tokens");
             const int64_t n = w->ne[1] / 3;
-            check_index_list(name, idx, n);
+            check_index_list(name, idx);
+            int64_t begin, end;
+            neuron_range(name, params, n, &begin, &end);
             const std::string act = p_str(params, "act", "swiglu");
             const ggml_op a = act == "swiglu" ? GGML_OP_SWIGLU : act == "reglu" ? GGML_OP_REGLU : act == "geglu" ? GGML_OP_GEGLU : GGML_OP_NONE;
             if (a == GGML_OP_NONE) throw nb::value_error("sparse_ffn_bundle: act must be 'swiglu', 'reglu' or 'geglu'");
-            r = ggml_sparse_ffn_bundle(ctx, w, wg, wu, wd, x, idx, a, iparam(params, "relu_up", 0) != 0);
-            set_prec(r, params);
-        } else if (name == "mul_mat_sparse_rows" || name == "sparse_down") {
-            const bool down = name == "sparse_down";
-            need(3, down ? 4 : 3);
+            r = ggml_sparse_ffn_bundle(ctx, w, wg, wu, wd, x, idx, begin, end, a, iparam(params, "relu_up", 0) != 0);
+        } else if (op == GGML_OP_MUL_MAT_SPARSE_ROWS || op == GGML_OP_SPARSE_DOWN) {
+            const bool down = op == GGML_OP_SPARSE_DOWN;
             ggml_tensor *w = s[0], *x = s[1], *idx = s[2];
             const ggml_type_traits *tr = ggml_get_type_traits(w->type);
-            if (down ? !tr->to_float : !tr->vec_dot) throw nb::type_error((name + ": unsupported weight type " + tr->name).c_str());
+            if (down ? !tr->to_float : !has_dot(w->type)) throw nb::type_error((name + ": unsupported weight type " + tr->name).c_str());
             if (!ggml_is_contiguous_rows(w) || w->ne[2] != 1 || w->ne[3] != 1)
                 throw nb::value_error((name + ": weight must be 2-D with contiguous rows").c_str());
             f32(x, down ? "h" : "x");
@@ -359,14 +361,13 @@ struct Graph {
             const int64_t n = w->ne[1] / g;
             if (x->ne[0] != (down ? n : w->ne[0]))
                 throw nb::value_error((name + (down ? ": h [T, n] and wt [n, d] differ in n" : ": x [T, d] and w [n, d] differ in d")).c_str());
-            check_index_list(name, idx, n);
-            const int64_t begin = iparam(params, "begin", 0), end = iparam(params, "end", (int)n);
-            if (begin < 0 || begin > end || end > n) throw nb::value_error((name + ": need 0 <= begin <= end <= n").c_str());
+            check_index_list(name, idx);
+            int64_t begin, end;
+            neuron_range(name, params, n, &begin, &end);
             ggml_tensor *wd = down && s.size() > 3 ? s[3] : nullptr;  // optional dense ffn_down [d, n] (numpy)
             const int mode = iparam(params, "mode", 0);  // sparse_down: 0 policy, 1 sparse, 2 dense
             if (wd) {
-                const ggml_type_traits *td = ggml_get_type_traits(wd->type);
-                if (!td->vec_dot) throw nb::type_error(("sparse_down: unsupported w_down type " + std::string(td->name)).c_str());
+                if (!has_dot(wd->type)) throw nb::type_error(("sparse_down: unsupported w_down type " + std::string(ggml_type_name(wd->type))).c_str());
                 if (wd->ne[0] != n || wd->ne[1] != w->ne[0] || wd->ne[2] != 1 || wd->ne[3] != 1 || !ggml_is_contiguous_rows(wd))
                     throw nb::value_error("sparse_down: w_down must be [d, n] (numpy order) for wt [n, d]");
             }
@@ -374,10 +375,10 @@ struct Graph {
             r = down ? ggml_sparse_down(ctx, w, wd, x, idx, begin, end)
                      : ggml_mul_mat_sparse_rows_bundle(ctx, w, x, idx, begin, end, g);
             if (down) r->op_params[2] = mode;
-            set_prec(r, params);
         } else {
-            throw nb::value_error(("unknown op '" + name + "'").c_str());
+            throw nb::value_error(("op '" + name + "' has no graph binding").c_str());
         }
+        if (tr_op->takes_prec && !pred) set_prec(r, params);
         return add(r);
     }
 

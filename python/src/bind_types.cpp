@@ -7,7 +7,7 @@
 #include <string>
 
 #include "bind.h"
-#include "ggml.h"
+#include "ggml-cpu.h"
 
 namespace {
 
@@ -56,10 +56,11 @@ nb::dict type_info(int type_id) {
     d["blck_size"] = tr.blck_size;
     d["type_size"] = tr.type_size;
     d["is_quantized"] = tr.is_quantized;
-    d["vec_dot_type"] = (int)tr.vec_dot_type;
+    const ggml_cpu_type_traits &ct = *ggml_get_cpu_type_traits((ggml_type)type_id);  // the CPU's kernels
+    d["vec_dot_type"] = (int)ct.vec_dot_type;
     d["has_to_float"] = tr.to_float != nullptr;
     d["has_from_float"] = tr.from_float_ref != nullptr;
-    d["has_vec_dot"] = tr.vec_dot_ref != nullptr;
+    d["has_vec_dot"] = ct.vec_dot_ref != nullptr;
     return d;
 }
 
@@ -116,9 +117,10 @@ nb::ndarray<nb::numpy, uint8_t> quantize(int type_id, f32_array x, bool ref) {
 
 float vec_dot(int type_id, nb::handle weight, nb::handle act, int64_t n, bool ref) {
     const ggml_type_traits &tr = traits_of(type_id);
-    ggml_vec_dot_t fn = ref ? tr.vec_dot_ref : tr.vec_dot;
+    const ggml_cpu_type_traits &ct = *ggml_get_cpu_type_traits((ggml_type)type_id);
+    ggml_vec_dot_t fn = ref ? ct.vec_dot_ref : ct.vec_dot;
     if (!fn) throw nb::value_error((std::string("type ") + tr.name + " has no dot kernel").c_str());
-    const ggml_type_traits &ta = traits_of(tr.vec_dot_type);
+    const ggml_type_traits &ta = traits_of(ct.vec_dot_type);
     check_multiple(tr, n);
     check_multiple(ta, n);
     const byte_view w = as_bytes(weight, "weight"), a = as_bytes(act, "act");

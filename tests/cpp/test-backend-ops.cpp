@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ggml-backend-sim.h"
+#include "ggml-cpu.h"
 #include "ggml-backend.h"
 #include "ggml.h"
 
@@ -193,9 +194,21 @@ static std::vector<op_case> make_cases() {
                     });
             }
             if (T <= GGML_SPARSE_FFN_MAX_T)
-                add("sparse_ffn_bundle" + w, 1e-9, [=](inputs &in) {
-                    return ggml_sparse_ffn_bundle(in.ctx, in.weights(wt, K, 3 * n), nullptr, nullptr, nullptr, in.f32(K, T),
-                                                  in.index_list(n, T, 0.25), GGML_OP_SWIGLU, false);
+                for (auto range : {std::pair<int64_t, int64_t>{0, n}, {32, n}})
+                    add("sparse_ffn_bundle [" + std::to_string(range.first) + "," + std::to_string(range.second) + ")" + w,
+                        1e-9, [=](inputs &in) {
+                            return ggml_sparse_ffn_bundle(in.ctx, in.weights(wt, K, 3 * n), nullptr, nullptr, nullptr,
+                                                          in.f32(K, T), in.index_list(n, T, 0.25), range.first, range.second,
+                                                          GGML_OP_SWIGLU, false);
+                        });
+            // a device's compact copy of the hot prefix [0, 32): the list spans all n
+            add("mul_mat_sparse_rows, compact prefix" + w, tol, [=](inputs &in) {
+                return ggml_mul_mat_sparse_rows(in.ctx, in.weights(wt, K, 32), in.f32(K, T), in.index_list(n, T, 0.3), 0, 32);
+            });
+            if (T <= GGML_SPARSE_FFN_MAX_T)
+                add("sparse_ffn_bundle, compact prefix" + w, 1e-9, [=](inputs &in) {
+                    return ggml_sparse_ffn_bundle(in.ctx, in.weights(wt, K, 3 * 32), nullptr, nullptr, nullptr, in.f32(K, T),
+                                                  in.index_list(n, T, 0.25), 0, 32, GGML_OP_REGLU, false);
                 });
         }
         add("sparse_predict" + t, 1e-9, [T](inputs &in) {

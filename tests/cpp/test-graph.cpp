@@ -131,7 +131,51 @@ static void test_barrier() {
     }
 }
 
+// The op table against the constructors: every node's sources sit in the
+// table's [n_src_min, n_src_max] slots; names map back to their op.
+static void test_op_table() {
+    for (int i = 0; i < GGML_OP_COUNT; i++) {
+        const ggml_op op = (ggml_op)i;
+        const ggml_op_traits *tr = ggml_get_op_traits(op);
+        CHECK(tr && ggml_op_from_name(tr->key) == op && ggml_op_from_name(tr->name) == op);
+        CHECK(0 <= tr->n_src_min && tr->n_src_min <= tr->n_src_max && tr->n_src_max <= GGML_MAX_SRC);
+    }
+    CHECK(ggml_get_op_traits(GGML_OP_COUNT) == nullptr && ggml_op_from_name("nope") == GGML_OP_COUNT);
+    CHECK(strcmp(ggml_op_name(GGML_OP_MUL_MAT), "MUL_MAT") == 0);
+    ggml_init_params ip = {256 * ggml_tensor_overhead(), nullptr, true};
+    ggml_context *ctx = ggml_init(ip);
+    const int64_t d = 64, n = 32;
+    ggml_tensor *x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, d, 2), *w = ggml_new_tensor_2d(ctx, GGML_TYPE_Q8_0, d, n);
+    ggml_tensor *w3 = ggml_new_tensor_2d(ctx, GGML_TYPE_Q8_0, d, 3 * n), *wd = ggml_new_tensor_2d(ctx, GGML_TYPE_Q8_0, n, d);
+    ggml_tensor *wt = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, d, n), *h = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n, 2);
+    ggml_tensor *pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 2), *ids = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 1);
+    ggml_tensor *x3 = ggml_reshape_3d(ctx, x, 16, 4, 2), *mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, d, 2);
+    ggml_tensor *idx = ggml_sparse_select(ctx, h, 0.0f);
+    ggml_tensor *nodes[] = {
+        ggml_add(ctx, x, x), ggml_mul(ctx, x, x), ggml_scale(ctx, x, 2), ggml_rms_norm(ctx, x, 1e-6f), ggml_norm(ctx, x, 1e-5f),
+        ggml_mul_mat(ctx, w, x), ggml_get_rows(ctx, w, ids), ggml_rope(ctx, x3, pos, 16, 0, 1e4f, 1),
+        ggml_soft_max_ext(ctx, x, nullptr, 1), ggml_soft_max_ext(ctx, x, mask, 1), ggml_relu(ctx, x), ggml_silu(ctx, x),
+        ggml_gelu(ctx, x), ggml_swiglu(ctx, x, x), ggml_reglu(ctx, x, x), ggml_geglu(ctx, x, x), ggml_argmax(ctx, x),
+        ggml_cpy(ctx, x, mask), ggml_cont(ctx, x), x3, ggml_view_1d(ctx, x, 4, 0), ggml_transpose(ctx, x),
+        ggml_permute(ctx, x, 1, 0, 2, 3), idx, ggml_sparse_mask(ctx, h, 0.5f), ggml_mul_mat_sparse_rows(ctx, w, x, idx, 0, n),
+        ggml_sparse_down(ctx, wt, nullptr, h, idx, 0, n), ggml_sparse_down(ctx, wt, wd, h, idx, 0, n),
+        ggml_sparse_ffn_bundle(ctx, w3, nullptr, nullptr, nullptr, x, idx, 0, n, GGML_OP_SWIGLU, false),
+        ggml_sparse_ffn_bundle(ctx, w3, w, w, wd, x, idx, 0, n, GGML_OP_SWIGLU, false), x};
+    for (ggml_tensor *t : nodes) {
+        const ggml_op_traits *tr = ggml_get_op_traits(t->op);
+        int used = 0;
+        for (int j = 0; j < GGML_MAX_SRC; j++)
+            if (t->src[j]) used = j + 1;
+        bool required = true;
+        for (int j = 0; j < tr->n_src_min; j++) required = required && t->src[j];
+        CHECK(required && used <= tr->n_src_max);
+        if (!(required && used <= tr->n_src_max)) fprintf(stderr, "  op %s: %d sources\n", tr->name, used);
+    }
+    ggml_free(ctx);
+}
+
 int main() {
+    test_op_table();
     test_tensors();
     test_graph_and_planner();
     test_barrier();

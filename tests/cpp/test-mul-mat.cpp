@@ -18,7 +18,7 @@
 #include <random>
 #include <vector>
 
-#include "ggml.h"
+#include "ggml-cpu.h"
 
 static int g_fail = 0;
 #define CHECK(cond, ...)                                             \
@@ -76,7 +76,7 @@ static bool uses_q8xh(ggml_type t, int64_t K) {
 static void run_case(ggml_type t, int64_t K, int64_t M, int64_t N, int64_t A2, int64_t A3, int64_t B2, int64_t B3,
                      b_layout lay, bool high = false) {
     const ggml_type_traits *tr = ggml_get_type_traits(t);
-    const ggml_type vdt = tr->vec_dot_type;
+    const ggml_type vdt = ggml_get_cpu_type_traits(t)->vec_dot_type;
     const ggml_type_traits *tv = ggml_get_type_traits(vdt);
 
     ggml_init_params ip = {(size_t)64 << 20, nullptr, false};

@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "ggml-cpu.h"
 #include "ggml-quants.h"
 
 static int g_failures = 0;
@@ -82,7 +83,8 @@ static void test_types() {
     std::vector<float> x(n), a(n), back(n), wf(n), af(n);
     for (const tcase &c : cases) {
         const ggml_type_traits *tr = ggml_get_type_traits(c.type);
-        CHECK(tr && tr->to_float && tr->from_float_ref && tr->from_float, "%d kernels", (int)c.type);
+        const ggml_cpu_type_traits *ct = ggml_get_cpu_type_traits(c.type);
+        CHECK(tr && tr->to_float && tr->from_float_ref && ct && ct->from_float, "%d kernels", (int)c.type);
         if (!tr || !tr->to_float || !tr->from_float_ref) continue;
         for (auto &v : x) v = gauss(rng) * 0.7f;
         for (auto &v : a) v = gauss(rng) * 2.0f;
@@ -92,9 +94,9 @@ static void test_types() {
         const double err = rel_rms(back, x);
         CHECK(err <= c.bound, "%s round trip error %.5f > %.5f", tr->name, err, c.bound);
 
-        if (!tr->vec_dot_ref) continue;
-        const ggml_type_traits *ta = ggml_get_type_traits(tr->vec_dot_type);
-        std::vector<uint8_t> qa(ggml_row_size(tr->vec_dot_type, n));
+        if (!ct->vec_dot_ref) continue;
+        const ggml_type_traits *ta = ggml_get_type_traits(ct->vec_dot_type);
+        std::vector<uint8_t> qa(ggml_row_size(ct->vec_dot_type, n));
         ta->from_float_ref(a.data(), qa.data(), n);
         tr->to_float(q.data(), wf.data(), n);
         ta->to_float(qa.data(), af.data(), n);
@@ -104,8 +106,8 @@ static void test_types() {
             mag += std::fabs(double(wf[i]) * af[i]);
         }
         float got = 0, fast = 0;
-        tr->vec_dot_ref(n, &got, q.data(), qa.data());
-        tr->vec_dot(n, &fast, q.data(), qa.data());
+        ct->vec_dot_ref(n, &got, q.data(), qa.data());
+        ct->vec_dot(n, &fast, q.data(), qa.data());
         CHECK(std::fabs(got - exact) <= 2e-6 * mag, "%s dot %.7g vs %.7g", tr->name, got, exact);
         CHECK(std::fabs(fast - got) <= 1e-5 * mag, "%s fast dot %.7g vs ref %.7g", tr->name, fast, got);
     }

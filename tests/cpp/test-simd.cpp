@@ -9,8 +9,8 @@
 #include <random>
 #include <vector>
 
+#include "ggml-cpu.h"
 #include "ggml-quants.h"
-#include "ggml.h"
 #include "vec-dot-simd.h"
 
 static int g_fail = 0;
@@ -35,9 +35,12 @@ static std::vector<float> randn(int64_t n, float scale = 1.0f) {
     return v;
 }
 
+// A CPU kernel table (ggml-cpu.h); formats come from the core table.
 struct table {
-    ggml_type_traits t[GGML_TYPE_COUNT];
+    ggml_cpu_type_traits t[GGML_TYPE_COUNT];
 };
+
+static const ggml_type_traits &core(ggml_type t) { return *ggml_get_type_traits(t); }
 
 // A table holding only the reference kernels.
 static table ref_table() {
@@ -45,7 +48,7 @@ static table ref_table() {
     memset(&tab, 0, sizeof(tab));
     ggml_cpu_force_scalar(1);
     for (int i = 0; i < GGML_TYPE_COUNT; i++) {
-        const ggml_type_traits *tr = ggml_get_type_traits((ggml_type)i);
+        const ggml_cpu_type_traits *tr = ggml_get_cpu_type_traits((ggml_type)i);
         if (tr) tab.t[i] = *tr;
     }
     ggml_cpu_force_scalar(0);
@@ -60,26 +63,27 @@ static const ggml_type k_weight_types[] = {
 // Quantize with the reference quantizer of type t.
 static std::vector<uint8_t> quantize_ref(const table &ref, ggml_type t, const std::vector<float> &x) {
     std::vector<uint8_t> q(ggml_row_size(t, (int64_t)x.size()) + 64);
-    ref.t[t].from_float_ref(x.data(), q.data(), (int64_t)x.size());
+    core(t).from_float_ref(x.data(), q.data(), (int64_t)x.size());
     return q;
 }
 
 static std::vector<float> dequant(const table &ref, ggml_type t, const std::vector<uint8_t> &q, int64_t n) {
     std::vector<float> y(n);
-    ref.t[t].to_float(q.data(), y.data(), n);
+    core(t).to_float(q.data(), y.data(), n);
     return y;
 }
 
 static void test_dots(const char *family, const table &ref, const table &fast) {
     int n_simd = 0;
     for (ggml_type t : k_weight_types) {
-        const ggml_type_traits &R = ref.t[t], &F = fast.t[t];
+        const ggml_cpu_type_traits &R = ref.t[t], &F = fast.t[t];
+        const ggml_type_traits &C = core(t);
         if (F.vec_dot == R.vec_dot_ref) {
-            printf("  %-6s %-5s: no SIMD kernel (reference)\n", family, R.name);
+            printf("  %-6s %-5s: no SIMD kernel (reference)\n", family, C.name);
             continue;
         }
         n_simd++;
-        const int64_t bs = R.blck_size;
+        const int64_t bs = C.blck_size;
         std::vector<int64_t> lens;
         if (bs == 1) {
             for (int64_t n = 1; n <= 80; n++) lens.push_back(n);
@@ -104,7 +108,7 @@ static void test_dots(const char *family, const table &ref, const table &fast) {
                 for (int64_t i = 0; i < n; i++) mag += fabs((double)xd[i] * yd[i]);
                 const double err = fabs((double)s_ref - s_fast), tol = 2e-6 * mag + 1e-30;
                 if (mag > 0) worst = fmax(worst, err / mag);
-                CHECK(err <= tol, "%s %s n=%lld rep=%d: ref %.9g simd %.9g (|err| %.3g > tol %.3g)", family, R.name,
+                CHECK(err <= tol, "%s %s n=%lld rep=%d: ref %.9g simd %.9g (|err| %.3g > tol %.3g)", family, C.name,
                       (long long)n, rep, s_ref, s_fast, err, tol);
                 cases++;
             }
@@ -123,7 +127,7 @@ static void test_dots(const char *family, const table &ref, const table &fast) {
             F.vec_dot(256, &s_fast, xb.data(), yb.data());
             CHECK(fabsf(s_ref - s_fast) <= 1e-5f * fabsf(s_ref) + 1e-6f, "%s q8_0 with -128: ref %g simd %g", family, s_ref, s_fast);
         }
-        printf("  %-6s %-5s: %d cases, worst |err|/sum|x*y| = %.2e\n", family, R.name, cases, worst);
+        printf("  %-6s %-5s: %d cases, worst |err|/sum|x*y| = %.2e\n", family, C.name, cases, worst);
     }
     CHECK(n_simd > 0, "%s: no SIMD kernels installed", family);
 }
@@ -131,12 +135,13 @@ static void test_dots(const char *family, const table &ref, const table &fast) {
 static void test_quantizers(const char *family, const table &ref, const table &fast) {
     const ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q8_1, GGML_TYPE_Q8_K, GGML_TYPE_F16, GGML_TYPE_BF16};
     for (ggml_type t : types) {
-        const ggml_type_traits &R = ref.t[t], &F = fast.t[t];
-        if (F.from_float == R.from_float_ref) {
-            printf("  %-6s %-5s: quantizer is the reference\n", family, R.name);
+        const ggml_cpu_type_traits &F = fast.t[t];
+        const ggml_type_traits &C = core(t);
+        if (F.from_float == C.from_float_ref) {
+            printf("  %-6s %-5s: quantizer is the reference\n", family, C.name);
             continue;
         }
-        const int64_t bs = R.blck_size == 1 ? 1 : R.blck_size;
+        const int64_t bs = C.blck_size == 1 ? 1 : C.blck_size;
         int cases = 0;
         for (int64_t nb : {1, 2, 3, 7, 16, 17}) {
             const int64_t n = nb * (bs == 1 ? 37 : bs);
@@ -152,14 +157,14 @@ static void test_quantizers(const char *family, const table &ref, const table &f
                     for (int64_t i = 0; i < n; i++) x[i] = sp[i % 10];
                 }
                 std::vector<uint8_t> a(ggml_row_size(t, n)), b(ggml_row_size(t, n));
-                R.from_float_ref(x.data(), a.data(), n);
+                C.from_float_ref(x.data(), a.data(), n);
                 F.from_float(x.data(), b.data(), n);
-                CHECK(memcmp(a.data(), b.data(), a.size()) == 0, "%s quantize %s n=%lld rep=%d: blocks differ", family, R.name,
+                CHECK(memcmp(a.data(), b.data(), a.size()) == 0, "%s quantize %s n=%lld rep=%d: blocks differ", family, C.name,
                       (long long)n, rep);
                 cases++;
             }
         }
-        printf("  %-6s %-5s: quantizer, %d cases byte-identical\n", family, R.name, cases);
+        printf("  %-6s %-5s: quantizer, %d cases byte-identical\n", family, C.name, cases);
     }
 }
 
@@ -179,7 +184,7 @@ static void test_q8x(const char *family, const table &ref, const ggml_q8x_kernel
                 for (int64_t i = 0; i < 32; i++) x[i] = 0.0f;
             }
             std::vector<block_q8_0> r((size_t)nb);
-            ref.t[GGML_TYPE_Q8_0].from_float_ref(x.data(), r.data(), n);
+            core(GGML_TYPE_Q8_0).from_float_ref(x.data(), r.data(), n);
             std::vector<uint8_t> y(ggml_q8x_row_size(n), 0xAB);
             q->quantize(x.data(), y.data(), n);
             for (int64_t b = 0; b < (nb + 3) / 4 * 4; b++) {
@@ -208,7 +213,8 @@ static void test_q8x(const char *family, const table &ref, const ggml_q8x_kernel
     for (int ti = 0; ti < GGML_TYPE_COUNT; ti++) {
         if (!q->dot[ti]) continue;
         const ggml_type t = (ggml_type)ti;
-        const ggml_type_traits &R = ref.t[t];
+        const ggml_cpu_type_traits &R = ref.t[t];
+        const ggml_type_traits &C = core(t);
         int cases = 0;
         double worst = 0;
         for (int64_t nb : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 18, 48}) {
@@ -237,34 +243,35 @@ static void test_q8x(const char *family, const table &ref, const ggml_q8x_kernel
                     const double err = fabs((double)s_ref - out[2 * c]), tol = 2e-6 * mag + 1e-30;
                     if (mag > 0) worst = fmax(worst, err / mag);
                     CHECK(err <= tol, "%s q8x %s n=%lld nc=%d col %d: ref %.9g simd %.9g (|err| %.3g > tol %.3g)", family,
-                          R.name, (long long)n, nc, c, s_ref, out[2 * c], err, tol);
+                          C.name, (long long)n, nc, c, s_ref, out[2 * c], err, tol);
                     cases++;
                 }
-                for (int c = 0; c < nc; c++) CHECK(out[2 * c + 1] == -1.0f, "%s q8x %s: wrote between outputs", family, R.name);
+                for (int c = 0; c < nc; c++) CHECK(out[2 * c + 1] == -1.0f, "%s q8x %s: wrote between outputs", family, C.name);
                 // the same column alone gives the same bits (tiling never changes a result)
                 float alone = 0;
                 q->dot[t](n, xq.data(), yx.data() + (nc - 1) * ys, ys, &alone, 0, 1);
                 CHECK(memcmp(&alone, &out[2 * (nc - 1)], sizeof(float)) == 0, "%s q8x %s n=%lld: column %d alone %.9g != in a tile of %d %.9g",
-                      family, R.name, (long long)n, nc - 1, alone, nc, out[2 * (nc - 1)]);
+                      family, C.name, (long long)n, nc - 1, alone, nc, out[2 * (nc - 1)]);
             }
         }
-        printf("  %-6s q8x %-5s: %d cases, worst |err|/sum|x*y| = %.2e\n", family, R.name, cases, worst);
+        printf("  %-6s q8x %-5s: %d cases, worst |err|/sum|x*y| = %.2e\n", family, C.name, cases, worst);
     }
 
     // F16 rows x F16 rows through the same multi-column interface
-    const ggml_type_traits &R = ref.t[GGML_TYPE_F16];
+    const ggml_cpu_type_traits &R = ref.t[GGML_TYPE_F16];
+    const ggml_type_traits &C = core(GGML_TYPE_F16);
     int cases = 0;
     for (int64_t n : {1, 5, 15, 16, 17, 64, 100, 512, 577}) {
         for (int nc = 1; nc <= 8; nc++) {
             const std::vector<float> xf = randn(n);
             std::vector<ggml_fp16_t> x(n), y((size_t)(n + 3) * nc);
             std::vector<float> yr((size_t)(n + 3) * nc);
-            R.from_float_ref(xf.data(), x.data(), n);
+            C.from_float_ref(xf.data(), x.data(), n);
             const size_t ys = sizeof(float) * (size_t)(n + 3);
             std::vector<float> out(nc, -1.0f);
             for (int c = 0; c < nc; c++) {
                 const std::vector<float> yf = randn(n);
-                R.from_float_ref(yf.data(), y.data() + (size_t)(n + 3) * c, n);
+                C.from_float_ref(yf.data(), y.data() + (size_t)(n + 3) * c, n);
                 q->f16r_convert(yf.data(), yr.data() + (size_t)(n + 3) * c, n);
                 for (int64_t i = 0; i < n; i++)  // exactly the fp16 values, widened
                     CHECK(yr[(size_t)(n + 3) * c + i] == ggml_fp16_to_fp32(y[(size_t)(n + 3) * c + i]), "%s f16r n=%lld: element %lld", family,
@@ -295,7 +302,7 @@ int main() {
     table best;
     memcpy(&best, &ref, sizeof(best));
     for (int i = 0; i < GGML_TYPE_COUNT; i++) {
-        const ggml_type_traits *tr = ggml_get_type_traits((ggml_type)i);
+        const ggml_cpu_type_traits *tr = ggml_get_cpu_type_traits((ggml_type)i);
         if (tr) best.t[i] = *tr;
     }
     if (strcmp(ggml_cpu_backend_name(), "scalar") != 0) {

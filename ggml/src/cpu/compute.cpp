@@ -27,35 +27,15 @@ static inline void cpu_relax() {}
 
 typedef void (*forward_fn)(const ggml_compute_params *, ggml_tensor *);
 
-// One table of kernels, indexed by op.
-static forward_fn forward_table(ggml_op op) {
-    switch (op) {
-        case GGML_OP_DUP: return ggml_compute_forward_dup;
-        case GGML_OP_CPY: return ggml_compute_forward_cpy;
-        case GGML_OP_ADD: return ggml_compute_forward_add;
-        case GGML_OP_MUL: return ggml_compute_forward_mul;
-        case GGML_OP_SCALE: return ggml_compute_forward_scale;
-        case GGML_OP_RMS_NORM: return ggml_compute_forward_rms_norm;
-        case GGML_OP_NORM: return ggml_compute_forward_norm;
-        case GGML_OP_MUL_MAT: return ggml_compute_forward_mul_mat;
-        case GGML_OP_GET_ROWS: return ggml_compute_forward_get_rows;
-        case GGML_OP_ROPE: return ggml_compute_forward_rope;
-        case GGML_OP_SOFT_MAX: return ggml_compute_forward_soft_max;
-        case GGML_OP_RELU: return ggml_compute_forward_relu;
-        case GGML_OP_SILU: return ggml_compute_forward_silu;
-        case GGML_OP_GELU: return ggml_compute_forward_gelu;
-        case GGML_OP_SWIGLU: return ggml_compute_forward_swiglu;
-        case GGML_OP_REGLU: return ggml_compute_forward_reglu;
-        case GGML_OP_GEGLU: return ggml_compute_forward_geglu;
-        case GGML_OP_ARGMAX: return ggml_compute_forward_argmax;
-        case GGML_OP_SPARSE_SELECT: return ggml_compute_forward_sparse_select;
-        case GGML_OP_MUL_MAT_SPARSE_ROWS: return ggml_compute_forward_mul_mat_sparse_rows;
-        case GGML_OP_SPARSE_DOWN: return ggml_compute_forward_sparse_down;
-        case GGML_OP_SPARSE_MASK: return ggml_compute_forward_sparse_mask;
-        case GGML_OP_SPARSE_FFN: return ggml_compute_forward_sparse_ffn;
-        default: return nullptr;
-    }
-}
+// The kernels by op, generated from the op table: NULL for the views.
+#define GGML_CPU_FORWARD_0(name) ggml_compute_forward_##name
+#define GGML_CPU_FORWARD_1(name) nullptr
+#define GGML_CPU_FORWARD_ROW(NAME, name, n_src_min, n_src_max, view, prec, work) GGML_CPU_FORWARD_##view(name),
+static const forward_fn k_forward[] = {GGML_OP_LIST(GGML_CPU_FORWARD_ROW)};
+#undef GGML_CPU_FORWARD_ROW
+static_assert(sizeof(k_forward) / sizeof(k_forward[0]) == GGML_OP_COUNT, "one kernel slot per op");
+
+static forward_fn forward_table(ggml_op op) { return (int)op >= 0 && op < GGML_OP_COUNT ? k_forward[op] : nullptr; }
 
 struct ggml_threadpool {
     int n_threads = 1;
@@ -76,6 +56,7 @@ struct ggml_threadpool {
 
     void *wdata = nullptr;
     size_t wsize = 0;
+    ggml_sparse_dense_policy dense_policy = ggml_cpu_sparse_should_use_dense;
 };
 
 // Sleep while *word == val (spurious wake-ups are fine: callers re-check).
@@ -124,7 +105,7 @@ void ggml_barrier(ggml_threadpool *tp) {
 }
 
 static void run_graph(ggml_threadpool *tp, int ith) {
-    ggml_compute_params params = {ith, tp->n_threads, tp->wdata, tp->wsize, tp};
+    ggml_compute_params params = {ith, tp->n_threads, tp->wdata, tp->wsize, tp, tp->dense_policy};
     const int n = tp->n_nodes;
     for (int i = 0; i < n; i++) {
         ggml_tensor *node = tp->nodes[i];
@@ -176,6 +157,10 @@ void ggml_threadpool_free(ggml_threadpool *tp) {
 }
 
 int ggml_threadpool_n_threads(const ggml_threadpool *tp) { return tp->n_threads; }
+
+void ggml_threadpool_set_sparse_dense_policy(ggml_threadpool *tp, ggml_sparse_dense_policy policy) {
+    tp->dense_policy = policy ? policy : ggml_cpu_sparse_should_use_dense;
+}
 
 static bool touches_host_only(const ggml_tensor *node) {
     if (!ggml_tensor_is_host(node)) return false;

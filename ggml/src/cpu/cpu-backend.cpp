@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "ggml-backend-impl.h"
+#include "ggml-cpu.h"
 #include "ggml-impl.h"
 
 namespace {
@@ -19,7 +20,7 @@ bool cpu_supports_op(ggml_backend *, const ggml_tensor *op) {
 }
 
 bool cpu_sparse_dense(ggml_backend *, int64_t n_active, int64_t n, int64_t T) {
-    return ggml_sparse_should_use_dense(n_active, n, T);
+    return ggml_cpu_sparse_should_use_dense(n_active, n, T);
 }
 
 int cpu_compute(ggml_backend *be, ggml_tensor **nodes, int n) {

@@ -45,7 +45,7 @@ struct plan {
 plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *dst) {
     plan p;
     p.f32rows = false;
-    const ggml_type_traits *ta = ggml_get_type_traits(a->type);
+    const ggml_cpu_type_traits *ta = ggml_get_cpu_type_traits(a->type);
     p.vdt = ta->vec_dot_type;
     const int64_t K = b->ne[0];
     p.vrow = ggml_row_size(p.vdt, K);
@@ -115,10 +115,11 @@ extern "C" size_t ggml_mul_mat_work_size(const ggml_tensor *node, int n_threads)
 
 extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, ggml_tensor *dst) {
     const ggml_tensor *a = dst->src[0], *b = dst->src[1];
-    const ggml_type_traits *ta = ggml_get_type_traits(a->type);
+    const ggml_cpu_type_traits *ta = ggml_get_cpu_type_traits(a->type);
     if (!ta || !ta->vec_dot) ggml_abort("mul_mat: no dot kernel for type %s", ggml_type_name(a->type));
     const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1], B2 = b->ne[2], B3 = b->ne[3];
-    if (K % ta->blck_size) ggml_abort("mul_mat: K=%lld is not a multiple of the %s block size", (long long)K, ta->name);
+    if (K % ggml_blck_size(a->type))
+        ggml_abort("mul_mat: K=%lld is not a multiple of the %s block size", (long long)K, ggml_type_name(a->type));
     const int64_t r2 = B2 / a->ne[2], r3 = B3 / a->ne[3];
     const plan p = make_plan(a, b, dst);
     const int ith = params->ith, nth = params->nth;
@@ -130,7 +131,7 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
     // ---- 1. convert the activations once (or once per thread, see PRIVATE_ROWS) ----
     if (!p.direct) {
         const ggml_from_float_t from_float = p.q8x_quantize ? p.q8x_quantize
-                                             : p.vdt == GGML_TYPE_F32 ? nullptr : ggml_get_type_traits(p.vdt)->from_float;
+                                             : p.vdt == GGML_TYPE_F32 ? nullptr : ggml_get_cpu_type_traits(p.vdt)->from_float;
         if (p.vdt != GGML_TYPE_F32 && !from_float) ggml_abort("mul_mat: no converter to %s", ggml_type_name(p.vdt));
         const ggml_to_float_t to_float = p.resid ? converted_to_float(p) : nullptr;
         const size_t frow = align_up(sizeof(float) * (size_t)K);

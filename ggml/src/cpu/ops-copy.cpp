@@ -72,14 +72,14 @@ void copy_rows(const char *name, const ggml_tensor *src, ggml_tensor *dst, int64
     // Fast path: same shape and contiguous rows on both sides.
     if (ggml_are_same_shape(src, dst) && ggml_is_contiguous_rows(src) && ggml_is_contiguous_rows(dst)) {
         const ggml_type_traits *tts = ggml_get_type_traits(ts);
-        const ggml_type_traits *ttd = ggml_get_type_traits(td);
+        const ggml_cpu_type_traits *ctd = ggml_get_cpu_type_traits(td);
         for (int64_t r = r0; r < r1; r++) {
             const char *x = (const char *)src->data + ggml_row_offset(src, src, r);
             char *y = (char *)dst->data + ggml_row_offset(src, dst, r);
             if (ts == td) {
                 memcpy(y, x, ggml_row_size(ts, ne0));
-            } else if (ts == GGML_TYPE_F32 && ttd->from_float) {
-                ttd->from_float((const float *)x, y, ne0);  // F16/BF16/quantized
+            } else if (ts == GGML_TYPE_F32 && ctd->from_float) {
+                ctd->from_float((const float *)x, y, ne0);  // F16/BF16/quantized
             } else if (td == GGML_TYPE_F32 && tts->to_float) {
                 tts->to_float(x, (float *)y, ne0);
             } else if (is_float_type(ts) && is_float_type(td)) {

@@ -22,7 +22,7 @@
 //   otherwise to_float into a per-thread buffer and then f32 axpys per token;
 //   either way up to four rows per pass over the y slice (sparse-axpy.h).
 //   Given the plain ffn_down (src[3]) and a density at which the dense matvec
-//   wins (ggml_sparse_should_use_dense), it runs that instead: h with inactive
+//   wins (the pool's dense policy, ggml_sparse_dense_policy), it runs that instead: h with inactive
 //   entries zeroed, converted once, one vec_dot per output over [begin, end).
 // Scattered rows are prefetched in software several rows ahead; at decode the
 // TLB dominates with 4 KiB pages (docs/sparse-bench.md: weights want 2 MiB pages).
@@ -42,66 +42,11 @@ namespace {
 constexpr size_t ALIGN = GGML_DEFAULT_ALIGN;
 inline size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
 
-// ---- scalar axpy kernels (multiply, then add; rows in the order given) ----
-void axpy_f32_ref(int64_t n, float *y, const void *const *w, const float *a, int nr) {
-    for (int r = 0; r < nr; r++)
-        for (int64_t i = 0; i < n; i++) y[i] += a[r] * ((const float *)w[r])[i];
-}
-void axpy_f16_ref(int64_t n, float *y, const void *const *w, const float *a, int nr) {
-    for (int r = 0; r < nr; r++)
-        for (int64_t i = 0; i < n; i++) y[i] += a[r] * ggml_fp16_to_fp32(((const ggml_fp16_t *)w[r])[i]);
-}
-void axpy_q8_0_ref(int64_t n, float *y, const void *const *w, const float *a, int nr) {
-    for (int r = 0; r < nr; r++) {
-        const block_q8_0 *x = (const block_q8_0 *)w[r];
-        for (int64_t b = 0; b < n / QK8_0; b++) {
-            const float s = a[r] * ggml_fp16_to_fp32(x[b].d);
-            for (int j = 0; j < QK8_0; j++) y[b * QK8_0 + j] += s * (float)x[b].qs[j];
-        }
-    }
-}
-void axpy_q4_0_ref(int64_t n, float *y, const void *const *w, const float *a, int nr) {
-    for (int r = 0; r < nr; r++) {
-        const block_q4_0 *x = (const block_q4_0 *)w[r];
-        for (int64_t b = 0; b < n / QK4_0; b++) {
-            const float s = a[r] * ggml_fp16_to_fp32(x[b].d);
-            float *yb = y + b * QK4_0;
-            for (int j = 0; j < QK4_0 / 2; j++) {
-                yb[j] += s * (float)((x[b].qs[j] & 0x0F) - 8);
-                yb[j + QK4_0 / 2] += s * (float)((x[b].qs[j] >> 4) - 8);
-            }
-        }
-    }
-}
-
-struct axpy_table {
-    ggml_axpy_kernels ref = {axpy_f32_ref, axpy_f16_ref, axpy_q8_0_ref, axpy_q4_0_ref};
-    ggml_axpy_kernels best = ref;
-    axpy_table() {
-#if defined(__x86_64__) || defined(_M_X64)
-        __builtin_cpu_init();
-        const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-        if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-            __builtin_cpu_supports("avx512vl")) {
-            ggml_axpy_kernels_avx512(&best);
-        } else if (avx2) {
-            ggml_axpy_kernels_avx2(&best);
-        }
-#endif
-    }
-};
-
-const ggml_axpy_kernels &axpy_kernels() {
-    static const axpy_table table;
-    // Follow ggml_cpu_force_scalar so tests can exercise the portable path.
-    return strcmp(ggml_cpu_backend_name(), "scalar") == 0 ? table.ref : table.best;
-}
-
 // The axpy kernel for rows of a weight type: fused decode-and-add on the raw
 // rows (*direct) for one token and the types that have one, else the f32
 // kernel on rows decoded with to_float first.
 ggml_axpy_t pick_axpy(ggml_type type, int64_t T, bool *direct) {
-    const ggml_axpy_kernels &k = axpy_kernels();
+    const ggml_axpy_kernels &k = *ggml_cpu_axpy();
     *direct = true;
     if (type == GGML_TYPE_F32) return k.f32;
     if (T == 1) {
@@ -251,11 +196,12 @@ constexpr int64_t PRIVATE_CONVERT_MAX_T = 2;
 rows_plan make_rows_plan(const ggml_tensor *dst) {
     const ggml_tensor *w = dst->src[0], *x = dst->src[1];
     rows_plan p;
-    p.vdt = ggml_get_type_traits(w->type)->vec_dot_type;
+    const ggml_cpu_type_traits *tw = ggml_get_cpu_type_traits(w->type);
+    if (!tw->vec_dot) ggml_abort("%s: no dot kernel for weight type %s", ggml_op_name(dst->op), ggml_type_name(w->type));
+    p.vdt = tw->vec_dot_type;
     p.vrow = ggml_row_size(p.vdt, x->ne[0]);
     p.convert = p.vdt != GGML_TYPE_F32;
     p.high = p.convert && ggml_prec_high(dst);
-    const ggml_type_traits *tw = ggml_get_type_traits(w->type);
     const ggml_q8x_kernels *q = tw->vec_dot != tw->vec_dot_ref ? ggml_cpu_q8x() : nullptr;
     p.q8x_dot = p.high && q && x->ne[0] % 32 == 0 ? q->dot_hi[w->type] : nullptr;
     p.q8x_quantize = p.q8x_dot ? q->quantize_hi : nullptr;
@@ -278,7 +224,7 @@ const char *convert_rows(const char *op, const ggml_compute_params *params, cons
     const int64_t K = x->ne[0], T = x->ne[1];
     const int ith = params->ith, nth = params->nth;
     char *wdata = (char *)params->wdata;
-    const ggml_type_traits *tv = ggml_get_type_traits(p.vdt);
+    const ggml_cpu_type_traits *tv = ggml_get_cpu_type_traits(p.vdt);
     if (!tv->from_float) ggml_abort("%s: no converter to %s", op, ggml_type_name(p.vdt));
     const ggml_from_float_t from_float = p.q8x_dot ? p.q8x_quantize : tv->from_float;
     const bool resid = p.high && !p.q8x_dot;  // q8xh rows need no second pass
@@ -289,7 +235,7 @@ const char *convert_rows(const char *op, const ggml_compute_params *params, cons
     else ggml_split_range(T, ith, nth, &t0, &t1);
     for (int64_t t = t0; t < t1; t++)
         ggml_convert_act((const float *)((const char *)x->data + t * x->nb[1]), wdata + (size_t)t * p.xstride, K,
-                         from_float, tv->to_float, p.vrow, resid, scratch);
+                         from_float, ggml_get_type_traits(p.vdt)->to_float, p.vrow, resid, scratch);
     if (!p.priv) ggml_barrier(params->tp);
     return wdata;
 }
@@ -304,7 +250,7 @@ size_t convert_rows_size(const rows_plan &p, const ggml_tensor *x, int n_threads
 
 // out[t * out_stride bytes] = dot(weight row, token t) for t < T, each the same
 // computation as in the dense MUL_MAT (conv: convert_rows' result).
-void row_dots(const rows_plan &p, const ggml_type_traits *tw, int64_t K, const char *wrow, const char *conv,
+void row_dots(const rows_plan &p, const ggml_cpu_type_traits *tw, int64_t K, const char *wrow, const char *conv,
               const ggml_tensor *x, float *out, size_t out_stride, int64_t T) {
     auto xrow = [&](int64_t t) -> const void * {
         return conv ? (const void *)(conv + (size_t)t * p.xstride) : (const void *)((const char *)x->data + t * x->nb[1]);
@@ -326,7 +272,7 @@ extern "C" size_t ggml_mul_mat_sparse_rows_work_size(const ggml_tensor *node, in
 extern "C" void ggml_compute_forward_mul_mat_sparse_rows(const ggml_compute_params *params, ggml_tensor *dst) {
     const char *op = "mul_mat_sparse_rows";
     const ggml_tensor *w = dst->src[0], *x = dst->src[1], *idx = dst->src[2];
-    const ggml_type_traits *tw = ggml_get_type_traits(w->type);
+    const ggml_cpu_type_traits *tw = ggml_get_cpu_type_traits(w->type);
     const int64_t K = w->ne[0], T = x->ne[1];
     const int64_t begin = dst->op_params[0], end = dst->op_params[1];
     const int ith = params->ith, nth = params->nth;
@@ -398,7 +344,9 @@ struct down_dense_plan {
 down_dense_plan make_down_dense_plan(const ggml_tensor *wd, int64_t begin, int64_t end, bool high) {
     down_dense_plan p;
     if (!wd) return p;
-    p.vdt = ggml_get_type_traits(wd->type)->vec_dot_type;
+    const ggml_cpu_type_traits *td = ggml_get_cpu_type_traits(wd->type);
+    if (!td->vec_dot) ggml_abort("sparse_down: no dot kernel for w_down type %s", ggml_type_name(wd->type));
+    p.vdt = td->vec_dot_type;
     const int64_t blck = std::max(ggml_blck_size(wd->type), ggml_blck_size(p.vdt));
     p.len = end - begin;
     p.ok = p.len > 0 && begin % blck == 0 && end % blck == 0;
@@ -436,7 +384,7 @@ namespace {
 void dense_down(const ggml_compute_params *params, const ggml_tensor *wd, int64_t begin, int64_t end, const active_list &l,
                 const down_dense_plan &p, const float *h, size_t h_stride, int64_t T, char *y, size_t y_stride, char *conv,
                 const char *op) {
-    const ggml_type_traits *td = ggml_get_type_traits(wd->type);
+    const ggml_cpu_type_traits *td = ggml_get_cpu_type_traits(wd->type);
     const int64_t d = wd->ne[1];
     const int ith = params->ith, nth = params->nth;
     const size_t frow = align_up(sizeof(float) * (size_t)p.len);
@@ -455,14 +403,14 @@ void dense_down(const ggml_compute_params *params, const ggml_tensor *wd, int64_
             tmp[i - begin] = ht[i];
         }
         char *out = conv + (size_t)t * p.hstride;
-        const ggml_type_traits *tv = ggml_get_type_traits(p.vdt);
         if (p.vdt == GGML_TYPE_F32) memcpy(out, tmp, sizeof(float) * (size_t)p.len);
-        else ggml_convert_act(tmp, out, p.len, tv->from_float, tv->to_float, p.vrow, p.high, scratch);
+        else ggml_convert_act(tmp, out, p.len, ggml_get_cpu_type_traits(p.vdt)->from_float, ggml_get_type_traits(p.vdt)->to_float,
+                              p.vrow, p.high, scratch);
     }
     ggml_barrier(params->tp);
     int64_t j0, j1;
     ggml_split_range(d, ith, nth, &j0, &j1);
-    const size_t woff = (size_t)(begin / td->blck_size) * td->type_size;
+    const size_t woff = ggml_row_size(wd->type, begin);
     for (int64_t j = j0; j < j1; j++) {
         const char *row = (const char *)wd->data + j * wd->nb[1] + woff;
         for (int64_t t = 0; t < T; t++)
@@ -490,7 +438,7 @@ extern "C" void ggml_compute_forward_sparse_down(const ggml_compute_params *para
     const active_list l = read_list(op, idx, begin, end);
     const down_dense_plan dp = make_down_dense_plan(dst);
     const int mode = dst->op_params[2];
-    if (dp.ok && (mode == 2 || (mode == 0 && ggml_sparse_should_use_dense(l.hi - l.lo, end - begin, T)))) {
+    if (dp.ok && (mode == 2 || (mode == 0 && params->dense_policy(l.hi - l.lo, end - begin, T)))) {
         sparse_down_dense(params, dst, l, dp);
         return;
     }
@@ -551,18 +499,6 @@ extern "C" void ggml_compute_forward_sparse_down(const ggml_compute_params *para
     }
     flush();
 }
-// ---------------------------------------------------------------- policy
-
-extern "C" bool ggml_sparse_should_use_dense(int64_t n_active, int64_t n, int64_t T) {
-    if (n <= 0) return true;
-    const double density = (double)n_active / (double)n;
-    // Crossover densities measured with pinfer-bench-sparse (docs/sparse-bench.md):
-    // decode (T = 1): the column-sparse down kernel loses to the dense matvec
-    // from about half density on; batches gain more from sparsity (the weight
-    // rows are reused across tokens), dense won only near full density.
-    return density >= (T <= 1 ? 0.5 : 0.85);
-}
-
 // ---------------------------------------------------------------- fused FFN over a neuron bundle
 
 namespace {
@@ -591,7 +527,7 @@ size_t ffn_dense_offset(const ggml_tensor *node, int nth) {
 extern "C" size_t ggml_sparse_ffn_work_size(const ggml_tensor *node, int n_threads) {
     const ggml_tensor *w = node->src[0], *x = node->src[1];
     const int64_t n = w->ne[1] / 3, T = x->ne[1];
-    const down_dense_plan dp = make_down_dense_plan(node->src[3], 0, n, ggml_prec_high(node));
+    const down_dense_plan dp = make_down_dense_plan(node->src[3], node->op_params[0], node->op_params[1], ggml_prec_high(node));
     const size_t dense = dp.ok ? align_up(sizeof(float) * (size_t)(n * T)) + dense_down_size(dp, T, n_threads) : 0;
     return ffn_dense_offset(node, n_threads) + dense;
 }
@@ -601,26 +537,28 @@ extern "C" size_t ggml_sparse_ffn_work_size(const ggml_tensor *node, int n_threa
 // with the axpy kernels of SPARSE_DOWN (up to four rows per pass over y). A
 // neuron's three rows are adjacent, fetched row by row a few neurons ahead.
 // Parts go to workers round-robin; then y = part 0 + part 1 + ... in order.
-// Past the crossover density (ggml_sparse_should_use_dense) with ffn_down
+// Past the crossover density (the pool's dense policy) with ffn_down
 // given, the parts only compute h, and the down projection is the dense
 // mat-vec of SPARSE_DOWN's dense path (down_t rows are not read).
 extern "C" void ggml_compute_forward_sparse_ffn(const ggml_compute_params *params, ggml_tensor *dst) {
     const char *op = "sparse_ffn_bundle";
     const ggml_tensor *w = dst->src[0], *x = dst->src[1], *idx = dst->src[2];
-    const ggml_type_traits *tw = ggml_get_type_traits(w->type);
+    const ggml_cpu_type_traits *tw = ggml_get_cpu_type_traits(w->type);
+    const ggml_to_float_t w_to_float = ggml_get_type_traits(w->type)->to_float;
     const ggml_tensor *wg = dst->src[4], *wu = dst->src[5];  // plain gate and up: the dense fallback's
     const int64_t d = w->ne[0], n = w->ne[1] / 3, T = x->ne[1];
     const int ith = params->ith, nth = params->nth;
-    const ggml_op act = (ggml_op)dst->op_params[0];
-    const bool relu_up = dst->op_params[1] != 0;
+    const int64_t begin = dst->op_params[0], end = dst->op_params[1];
+    const ggml_op act = (ggml_op)dst->op_params[2];
+    const bool relu_up = dst->op_params[3] != 0;
     const rows_plan p = make_rows_plan(dst);
     const char *conv = convert_rows(op, params, p, x);
 
-    const active_list l = read_list(op, idx, 0, n);
+    const active_list l = read_list(op, idx, begin, end);  // ids outside [begin, end) are never read
     const int64_t m = l.hi - l.lo;
     const int P = ffn_parts(m);
-    const down_dense_plan dp = make_down_dense_plan(dst->src[3], 0, n, ggml_prec_high(dst));
-    const bool dense = dp.ok && wg && wu && ggml_sparse_should_use_dense(m, n, T);
+    const down_dense_plan dp = make_down_dense_plan(dst->src[3], begin, end, ggml_prec_high(dst));
+    const bool dense = dp.ok && wg && wu && params->dense_policy(m, end - begin, T);
     float *hd = (float *)((char *)params->wdata + ffn_dense_offset(dst, nth));  // [n, T] when dense
     const size_t bstride = align_up(sizeof(float) * (size_t)d) / sizeof(float);
     float *acc = (float *)((char *)params->wdata + ffn_acc_offset(p, x, nth));
@@ -668,10 +606,10 @@ extern "C" void ggml_compute_forward_sparse_ffn(const ggml_compute_params *param
             }
             nr = 0;
         };
-        int64_t prev = a_begin == l.lo ? -1 : l.ids[a_begin - 1];  // the part before checks that one
+        int64_t prev = a_begin == l.lo ? begin - 1 : l.ids[a_begin - 1];  // the part before checks that one
         for (int64_t a = a_begin; a < a_end; a++) {
             const int64_t i = l.ids[a];
-            if (i <= prev || i >= n) bad_list(op, i);
+            if (i <= prev || i >= end) bad_list(op, i);
             prev = i;
             const bool pf = ahead && a + ahead < a_end;
             float g[GGML_SPARSE_FFN_MAX_T], u[GGML_SPARSE_FFN_MAX_T];
@@ -695,7 +633,7 @@ extern "C" void ggml_compute_forward_sparse_ffn(const ggml_compute_params *param
                 rows[nr] = down;
             } else {
                 float *dq = buf + (size_t)nr * bstride;
-                tw->to_float(down, dq, d);
+                w_to_float(down, dq, d);
                 rows[nr] = dq;
             }
             if (++nr == GGML_AXPY_MAX_ROWS) flush();
@@ -704,7 +642,7 @@ extern "C" void ggml_compute_forward_sparse_ffn(const ggml_compute_params *param
     }
     if (dense) {
         ggml_barrier(params->tp);  // every part's h is written
-        dense_down(params, dst->src[3], 0, n, l, dp, hd, sizeof(float) * (size_t)n, T, (char *)dst->data, dst->nb[1],
+        dense_down(params, dst->src[3], begin, end, l, dp, hd, sizeof(float) * (size_t)n, T, (char *)dst->data, dst->nb[1],
                    (char *)hd + align_up(sizeof(float) * (size_t)(n * T)), op);
         return;
     }

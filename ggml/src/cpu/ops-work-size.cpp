@@ -1,16 +1,17 @@
-// Scratch each op needs from the executor's shared work buffer.
+// Scratch each op needs from the executor's shared work buffer, by op (from
+// the op table's work column); the ops without one work in place on dst.
 #include "ops.h"
 
-extern "C" size_t ggml_rope_work_size(const struct ggml_tensor *node, int n_threads);  // ops-rope.cpp
+typedef size_t (*work_size_fn)(const ggml_tensor *node, int n_threads);
+
+#define GGML_CPU_WORK_0(name) nullptr
+#define GGML_CPU_WORK_1(name) ggml_##name##_work_size
+#define GGML_CPU_WORK_ROW(NAME, name, n_src_min, n_src_max, view, prec, work) GGML_CPU_WORK_##work(name),
+static const work_size_fn k_work_size[] = {GGML_OP_LIST(GGML_CPU_WORK_ROW)};
+#undef GGML_CPU_WORK_ROW
+static_assert(sizeof(k_work_size) / sizeof(k_work_size[0]) == GGML_OP_COUNT, "one work-size slot per op");
 
 extern "C" size_t ggml_op_work_size(const ggml_tensor *node, int n_threads) {
-    switch (node->op) {
-        case GGML_OP_MUL_MAT: return ggml_mul_mat_work_size(node, n_threads);
-        case GGML_OP_ROPE: return ggml_rope_work_size(node, n_threads);
-        case GGML_OP_SPARSE_SELECT: return ggml_sparse_select_work_size(node, n_threads);
-        case GGML_OP_MUL_MAT_SPARSE_ROWS: return ggml_mul_mat_sparse_rows_work_size(node, n_threads);
-        case GGML_OP_SPARSE_DOWN: return ggml_sparse_down_work_size(node, n_threads);
-        case GGML_OP_SPARSE_FFN: return ggml_sparse_ffn_work_size(node, n_threads);
-        default: return 0;  // all other ops work in place on dst
-    }
+    const work_size_fn f = (int)node->op >= 0 && node->op < GGML_OP_COUNT ? k_work_size[node->op] : nullptr;
+    return f ? f(node, n_threads) : 0;
 }

@@ -5,7 +5,7 @@
 
 #include <math.h>
 
-#include "ggml.h"
+#include "ggml-cpu.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -16,6 +16,7 @@ struct ggml_compute_params {
     void *wdata;   // shared scratch of ggml_op_work_size() bytes
     size_t wsize;
     struct ggml_threadpool *tp;
+    ggml_sparse_dense_policy dense_policy;  // the pool's crossover (SPARSE_DOWN, SPARSE_FFN)
 };
 
 // Wait until all workers of the pool reach this point (inside one op).
@@ -77,38 +78,17 @@ static inline float op_gelu(float x) {
     return x / (1.0f + expf(-2.0f * u));
 }
 
-#define GGML_DECLARE_FORWARD(name) \
+// The kernels of the op table (ggml-ops.h): every op that is not a view has
+// ggml_compute_forward_<name>, every op with the work flag ggml_<name>_work_size.
+#define GGML_CPU_FORWARD_DECL_0(name) \
     void ggml_compute_forward_##name(const struct ggml_compute_params *params, struct ggml_tensor *dst);
-GGML_DECLARE_FORWARD(dup)
-GGML_DECLARE_FORWARD(cpy)
-GGML_DECLARE_FORWARD(add)
-GGML_DECLARE_FORWARD(mul)
-GGML_DECLARE_FORWARD(scale)
-GGML_DECLARE_FORWARD(rms_norm)
-GGML_DECLARE_FORWARD(norm)
-GGML_DECLARE_FORWARD(mul_mat)
-GGML_DECLARE_FORWARD(get_rows)
-GGML_DECLARE_FORWARD(rope)
-GGML_DECLARE_FORWARD(soft_max)
-GGML_DECLARE_FORWARD(relu)
-GGML_DECLARE_FORWARD(silu)
-GGML_DECLARE_FORWARD(gelu)
-GGML_DECLARE_FORWARD(swiglu)
-GGML_DECLARE_FORWARD(reglu)
-GGML_DECLARE_FORWARD(geglu)
-GGML_DECLARE_FORWARD(argmax)
-GGML_DECLARE_FORWARD(sparse_select)
-GGML_DECLARE_FORWARD(mul_mat_sparse_rows)
-GGML_DECLARE_FORWARD(sparse_down)
-GGML_DECLARE_FORWARD(sparse_mask)
-GGML_DECLARE_FORWARD(sparse_ffn)
-#undef GGML_DECLARE_FORWARD
-
-size_t ggml_mul_mat_work_size(const struct ggml_tensor *node, int n_threads);
-size_t ggml_sparse_select_work_size(const struct ggml_tensor *node, int n_threads);        // ops-sparse.cpp
-size_t ggml_mul_mat_sparse_rows_work_size(const struct ggml_tensor *node, int n_threads);  // ops-sparse.cpp
-size_t ggml_sparse_down_work_size(const struct ggml_tensor *node, int n_threads);          // ops-sparse.cpp
-size_t ggml_sparse_ffn_work_size(const struct ggml_tensor *node, int n_threads);           // ops-sparse.cpp
+#define GGML_CPU_FORWARD_DECL_1(name)  // a view: no kernel
+#define GGML_CPU_WORK_DECL_0(name)
+#define GGML_CPU_WORK_DECL_1(name) size_t ggml_##name##_work_size(const struct ggml_tensor *node, int n_threads);
+#define GGML_CPU_DECL_ROW(NAME, name, n_src_min, n_src_max, view, prec, work) \
+    GGML_CPU_FORWARD_DECL_##view(name) GGML_CPU_WORK_DECL_##work(name)
+GGML_OP_LIST(GGML_CPU_DECL_ROW)
+#undef GGML_CPU_DECL_ROW
 
 #ifdef __cplusplus
 }

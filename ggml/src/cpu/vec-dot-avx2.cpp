@@ -482,7 +482,7 @@ void f16_from_float(const float *x, void *vy, int64_t n) {
 
 }  // namespace
 
-void ggml_cpu_set_kernels_avx2(struct ggml_type_traits *t) {
+void ggml_cpu_set_kernels_avx2(struct ggml_cpu_type_traits *t) {
     t[GGML_TYPE_Q4_0].vec_dot = vec_dot_q4_0_q8_0;
     t[GGML_TYPE_Q4_1].vec_dot = vec_dot_q4_1_q8_1;
     t[GGML_TYPE_Q5_0].vec_dot = vec_dot_q5_0_q8_0;

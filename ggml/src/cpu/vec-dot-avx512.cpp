@@ -450,7 +450,7 @@ const ggml_q8x_kernels *ggml_cpu_q8x_avx512(void) {
     return &q;
 }
 
-void ggml_cpu_set_kernels_avx512(struct ggml_type_traits *t, bool has_bf16) {
+void ggml_cpu_set_kernels_avx512(struct ggml_cpu_type_traits *t, bool has_bf16) {
     ggml_cpu_set_kernels_avx2(t);
     t[GGML_TYPE_Q4_0].vec_dot = vec_dot_q4_0_q8_0;
     t[GGML_TYPE_Q8_0].vec_dot = vec_dot_q8_0_q8_0;

@@ -2,17 +2,17 @@
 // with its own -m flags (vec-dot-avx2.cpp, vec-dot-avx512.cpp) and exposes one
 // entry that overwrites the vec_dot / from_float slots it implements, leaving
 // every other slot (the scalar reference) as it was. Only call a family after
-// checking the CPU supports it (dispatch.cpp does; tests may too).
+// checking the CPU supports it (cpu-type-traits.cpp does; tests may too).
 #pragma once
-#include "ggml.h"
+#include "ggml-cpu.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define GGML_SIMD_X86 1
 // AVX2 + FMA + F16C.
-void ggml_cpu_set_kernels_avx2(struct ggml_type_traits *table);
+void ggml_cpu_set_kernels_avx2(struct ggml_cpu_type_traits *table);
 // AVX-512 F/BW/VL/DQ/VNNI (+BF16 when has_bf16): calls the AVX2 entry first,
 // then replaces the kernels that gain from 512-bit vectors.
-void ggml_cpu_set_kernels_avx512(struct ggml_type_traits *table, bool has_bf16);
+void ggml_cpu_set_kernels_avx512(struct ggml_cpu_type_traits *table, bool has_bf16);
 #endif
 
 // ---- "q8x": MUL_MAT's internal activation layout for the 32-element block

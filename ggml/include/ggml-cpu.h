@@ -1,0 +1,46 @@
+// The CPU backend's side of the tensor types: the kernels it picked for this
+// CPU (dot products, the fast activation converters) and what each weight
+// type's activations are converted to. The core type table (ggml.h) holds
+// formats only; a device backend has its own kernels and never reads these.
+#pragma once
+
+#include "ggml.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// s = dot(x, y) over n elements; x is of the weight type, y of its vec_dot_type.
+typedef void (*ggml_vec_dot_t)(int64_t n, float *s, const void *x, const void *y);
+
+struct ggml_cpu_type_traits {
+    ggml_from_float_t from_float;  // fastest converter from float (byte-identical to from_float_ref)
+    ggml_vec_dot_t vec_dot;        // fastest dot kernel (NULL: not a weight type on the CPU)
+    ggml_vec_dot_t vec_dot_ref;    // portable scalar dot kernel
+    enum ggml_type vec_dot_type;   // what activations are converted to
+};
+
+// NULL where ggml_get_type_traits is NULL. Under ggml_cpu_force_scalar: the
+// portable reference kernels.
+const struct ggml_cpu_type_traits *ggml_get_cpu_type_traits(enum ggml_type type);
+
+// Which kernel family the runtime picked for this CPU ("avx512", "avx2", "scalar").
+const char *ggml_cpu_backend_name(void);
+// Force the portable scalar kernels (for tests): 1 = scalar, 0 = best available.
+void ggml_cpu_force_scalar(int on);
+
+// The CPU's dense-vs-sparse crossover (ggml_sparse_dense_policy): densities
+// measured with pinfer-bench-sparse (docs/sparse-bench.md).
+bool ggml_cpu_sparse_should_use_dense(int64_t n_active, int64_t n, int64_t T);
+// The policy the sparse kernels of this pool ask (NULL: the CPU's). A backend
+// that runs CPU kernels on its own pool in place of a device (the simulator)
+// sets the device's crossover here.
+void ggml_threadpool_set_sparse_dense_policy(struct ggml_threadpool *tp, ggml_sparse_dense_policy policy);
+
+// Quantize nrows rows of n_per_row floats into dst with the fastest
+// converter; returns bytes written.
+size_t ggml_quantize_chunk(enum ggml_type type, const float *src, void *dst, int64_t nrows, int64_t n_per_row);
+
+#ifdef __cplusplus
+}
+#endif

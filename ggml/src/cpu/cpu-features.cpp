@@ -1,0 +1,27 @@
+// The one CPU feature detector. Compiled without -m flags: it only asks the
+// CPU, it never runs a wide instruction.
+#include "cpu-features.h"
+
+static ggml_cpu_features detect() {
+    ggml_cpu_features f = {};
+#if defined(__x86_64__) || defined(_M_X64)
+    __builtin_cpu_init();
+    f.avx2 = __builtin_cpu_supports("avx2");
+    f.fma = __builtin_cpu_supports("fma");
+    f.f16c = __builtin_cpu_supports("f16c");
+    f.bmi2 = __builtin_cpu_supports("bmi2");
+    f.avx512f = __builtin_cpu_supports("avx512f");
+    f.avx512bw = __builtin_cpu_supports("avx512bw");
+    f.avx512vl = __builtin_cpu_supports("avx512vl");
+    f.avx512dq = __builtin_cpu_supports("avx512dq");
+    f.avx512vnni = __builtin_cpu_supports("avx512vnni");
+    f.avx512bf16 = __builtin_cpu_supports("avx512bf16");
+    f.avx512vbmi = __builtin_cpu_supports("avx512vbmi");
+#endif
+    return f;
+}
+
+const ggml_cpu_features *ggml_cpu_get_features(void) {
+    static const ggml_cpu_features f = detect();
+    return &f;
+}

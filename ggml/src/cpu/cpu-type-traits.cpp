@@ -1,0 +1,112 @@
+// The CPU's kernel tables, chosen once from the one feature detector
+// (cpu-features.h): per type the dot kernel, the fast activation converter
+// and the activation type (ggml-cpu.h), the q8x multi-column kernels
+// (vec-dot-simd.h) and the axpy kernels of the sparse down projection
+// (sparse-axpy.h). The SIMD files are compiled with their own -m flags, so
+// nothing here touches a wide register: it only calls the matching family.
+#include "cpu-features.h"
+#include "ggml-cpu.h"
+#include "ggml-quants.h"
+#include "sparse-axpy.h"
+#include "vec-dot-simd.h"
+
+namespace {
+
+struct cpu_tables {
+    ggml_cpu_type_traits ref[GGML_TYPE_COUNT] = {};   // portable kernels only
+    ggml_cpu_type_traits best[GGML_TYPE_COUNT] = {};  // the fastest this CPU runs
+    const char *name = "scalar";
+    const ggml_q8x_kernels *q8x = nullptr;
+    ggml_axpy_kernels axpy_ref = {}, axpy_best = {};
+
+    cpu_tables() {
+        // The scalar dots live beside the formats they read (ggml-quants.cpp).
+        struct entry {
+            ggml_type type;
+            ggml_vec_dot_t vec_dot;
+            ggml_type vec_dot_type;
+        };
+        static const entry entries[] = {
+            {GGML_TYPE_F32, ggml_vec_dot_f32_f32_ref, GGML_TYPE_F32},
+            {GGML_TYPE_F16, ggml_vec_dot_f16_f16_ref, GGML_TYPE_F16},
+            {GGML_TYPE_BF16, ggml_vec_dot_bf16_bf16_ref, GGML_TYPE_BF16},
+            {GGML_TYPE_Q4_0, ggml_vec_dot_q4_0_q8_0_ref, GGML_TYPE_Q8_0},
+            {GGML_TYPE_Q4_1, ggml_vec_dot_q4_1_q8_1_ref, GGML_TYPE_Q8_1},
+            {GGML_TYPE_Q5_0, ggml_vec_dot_q5_0_q8_0_ref, GGML_TYPE_Q8_0},
+            {GGML_TYPE_Q5_1, ggml_vec_dot_q5_1_q8_1_ref, GGML_TYPE_Q8_1},
+            {GGML_TYPE_Q8_0, ggml_vec_dot_q8_0_q8_0_ref, GGML_TYPE_Q8_0},
+            {GGML_TYPE_Q2_K, ggml_vec_dot_q2_K_q8_K_ref, GGML_TYPE_Q8_K},
+            {GGML_TYPE_Q3_K, ggml_vec_dot_q3_K_q8_K_ref, GGML_TYPE_Q8_K},
+            {GGML_TYPE_Q4_K, ggml_vec_dot_q4_K_q8_K_ref, GGML_TYPE_Q8_K},
+            {GGML_TYPE_Q5_K, ggml_vec_dot_q5_K_q8_K_ref, GGML_TYPE_Q8_K},
+            {GGML_TYPE_Q6_K, ggml_vec_dot_q6_K_q8_K_ref, GGML_TYPE_Q8_K},
+        };
+        // Q8_1 and Q8_K are activation formats (no dot kernel as weights);
+        // types without kernels (integers, f64) convert to themselves.
+        for (int i = 0; i < GGML_TYPE_COUNT; i++) {
+            ref[i].vec_dot_type = (ggml_type)i;
+            const ggml_type_traits *tr = ggml_get_type_traits((ggml_type)i);
+            if (tr) ref[i].from_float = tr->from_float_ref;
+        }
+        for (const entry &e : entries) {
+            ref[e.type].vec_dot = ref[e.type].vec_dot_ref = e.vec_dot;
+            ref[e.type].vec_dot_type = e.vec_dot_type;
+        }
+        for (int i = 0; i < GGML_TYPE_COUNT; i++) best[i] = ref[i];
+        ggml_axpy_kernels_ref(&axpy_ref);
+        axpy_best = axpy_ref;
+#ifdef GGML_SIMD_X86
+        const ggml_cpu_features &f = *ggml_cpu_get_features();
+        const bool avx2 = f.avx2 && f.fma && f.f16c && f.bmi2;
+        const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni;
+        if (avx512) {
+            ggml_cpu_set_kernels_avx512(best, f.avx512bf16);
+            q8x = f.avx512vbmi ? ggml_cpu_q8x_avx512vbmi() : ggml_cpu_q8x_avx512();
+            name = "avx512";
+        } else if (avx2) {
+            ggml_cpu_set_kernels_avx2(best);
+            name = "avx2";
+        }
+        // the axpy families ask for less than the dot families
+        const bool axpy2 = f.avx2 && f.fma && f.f16c;
+        if (axpy2 && f.avx512f && f.avx512bw && f.avx512vl) ggml_axpy_kernels_avx512(&axpy_best);
+        else if (axpy2) ggml_axpy_kernels_avx2(&axpy_best);
+#endif
+    }
+};
+
+const cpu_tables &tables() {
+    static const cpu_tables t;
+    return t;
+}
+
+bool g_force_scalar = false;
+
+}  // namespace
+
+extern "C" {
+
+const ggml_cpu_type_traits *ggml_get_cpu_type_traits(ggml_type type) {
+    if (!ggml_get_type_traits(type)) return nullptr;
+    const cpu_tables &t = tables();
+    return g_force_scalar ? &t.ref[type] : &t.best[type];
+}
+
+const char *ggml_cpu_backend_name(void) { return g_force_scalar ? "scalar" : tables().name; }
+
+void ggml_cpu_force_scalar(int on) { g_force_scalar = on != 0; }
+
+size_t ggml_quantize_chunk(ggml_type type, const float *src, void *dst, int64_t nrows, int64_t n_per_row) {
+    const ggml_cpu_type_traits *tr = ggml_get_cpu_type_traits(type);
+    const size_t row = ggml_row_size(type, n_per_row);
+    for (int64_t r = 0; r < nrows; r++) tr->from_float(src + r * n_per_row, (char *)dst + r * row, n_per_row);
+    return row * (size_t)nrows;
+}
+
+}  // extern "C"
+
+// Not under ggml_cpu_force_scalar: callers pair q8x with the SIMD dot kernels
+// only (they check vec_dot != vec_dot_ref).
+const ggml_q8x_kernels *ggml_cpu_q8x(void) { return tables().q8x; }
+
+const ggml_axpy_kernels *ggml_cpu_axpy(void) { return g_force_scalar ? &tables().axpy_ref : &tables().axpy_best; }
