@@ -70,7 +70,7 @@ context::context(const model &m, context_params p) : model_(m), params_(p) {
         std::vector<ggml_backend_buffer_type_t> kv_buft;
         if (dev_) {
             dw_ = std::make_unique<device_weights>(m, plan_, dev_, ffn_.bundles);
-            gdev_ = graph_device{dev_, &plan_, dw_.get()};
+            gdev_ = graph_device{dev_, &plan_, dw_.get(), std::max(0, p.prompt_stream_min)};
             for (const layer_plan &lp : plan_.layers)
                 kv_buft.push_back(lp.on_device ? ggml_backend_get_default_buffer_type(dev_) : nullptr);
         }

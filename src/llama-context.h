@@ -33,6 +33,7 @@ struct context_params {
     uint64_t sim_memory = 0;     // sim: the simulated card's memory (0: 24 GiB)
     int sim_threads = 1;         // sim: its kernel threads
     double sim_copy_latency_us = 0, sim_copy_ns_per_byte = 0;  // sim: cost charged per copy
+    int prompt_stream_min = 32;  // batches this large send a hybrid layer's cold rows up (0: the CPU computes them)
 };
 
 // What moved between the host and the device (decode calls with a device plan).

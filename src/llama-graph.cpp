@@ -43,7 +43,8 @@ static bool on_device(const graph_inputs &in, int il) { return in.dev && in.dev-
 
 ggml_tensor *build_ffn(ggml_context *ctx, ggml_cgraph *gf, const graph_inputs &in, const model &m, int il, ggml_tensor *x) {
     if (!on_device(in, il)) return build_sparse_ffn(ctx, gf, in.ffn, m, il, x, nullptr);
-    ffn_device dev{&in.dev->w->layer((uint32_t)il), in.dev->w->bundle((uint32_t)il), in.dev->plan->layers[(size_t)il].k};
+    ffn_device dev{&in.dev->w->layer((uint32_t)il), in.dev->w->bundle((uint32_t)il), in.dev->plan->layers[(size_t)il].k,
+                   in.dev->stream_min > 0 && x->ne[1] >= in.dev->stream_min};
     return build_sparse_ffn(ctx, gf, in.ffn, m, il, x, &dev);
 }
 

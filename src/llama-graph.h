@@ -16,6 +16,7 @@ struct graph_device {
     struct ggml_backend *be;
     const hybrid_plan *plan;
     const device_weights *w;
+    int stream_min = 0;  // batches of at least this many tokens stream the cold rows to the device (0: never)
 };
 
 // Starts layer il: the context builds for the backend that runs the layer

@@ -144,11 +144,29 @@ ggml_tensor *build_sparse_ffn(ggml_context *ctx, ggml_cgraph *gf, ffn_build *b, 
         ggml_tensor *idx = mode == sparse_mode::PREDICTOR ? build_ffn_predict(ctx, env, *dev->w, x) : nullptr;
         return build_part(ctx, env, mode, hot, x, idx);
     }
+    if (dev->stream) {
+        // A prompt batch: computing the cold rows on the CPU costs ~2·T FLOPs
+        // per weight, sending them up costs their bytes once (docs/hybrid.md),
+        // so the device gets them for this batch. Predictor mode computes them
+        // densely: a batch's union is nearly dense, and dense is a superset.
+        const layer_weights &l = m.layers[(size_t)il];
+        layer_weights cw;
+        if (l.ffn_gate) cw.ffn_gate = ggml_transfer(ctx, ffn_rows(ctx, l.ffn_gate, dev->k, n), false);
+        cw.ffn_up = ggml_transfer(ctx, ffn_rows(ctx, l.ffn_up, dev->k, n), false);
+        cw.ffn_down = ggml_transfer(ctx, ffn_cols(ctx, l.ffn_down, dev->k, n), false);
+        const ffn_part cold{&cw, nullptr, 0, n - dev->k};
+        ffn_env quiet{m, il, nullptr, nullptr, false};
+        ggml_tensor *idx = mode == sparse_mode::PREDICTOR && dev->k > 0 ? build_ffn_predict(ctx, env, *dev->w, x) : nullptr;
+        ggml_tensor *y_hot = dev->k > 0 ? build_part(ctx, env, mode, hot, x, idx) : nullptr;
+        ggml_tensor *y_cold = build_part(ctx, quiet, mode == sparse_mode::PREDICTOR ? sparse_mode::OFF : mode, cold, x, nullptr);
+        return y_hot ? ggml_add(ctx, y_hot, y_cold) : y_cold;
+    }
     // Hybrid: the device predicts and sends the normalised state and the list
     // down first, then computes the hot prefix while the CPU computes the cold
     // rest; the CPU's partial comes back and hot + cold are added in that order.
     ggml_backend *be = ggml_get_backend(ctx);
     ggml_tensor *idx = mode == sparse_mode::PREDICTOR ? build_ffn_predict(ctx, env, *dev->w, x) : nullptr;
+    if (idx) ggml_build_forward_expand(gf, idx);  // the two copies then follow each other: one event for both
     ggml_tensor *x_h = ggml_transfer(ctx, x, true);
     ggml_tensor *idx_h = idx ? ggml_transfer(ctx, idx, true) : nullptr;
     ggml_build_forward_expand(gf, x_h);

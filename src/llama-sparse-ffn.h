@@ -66,6 +66,7 @@ struct ffn_device {
     const layer_weights *w = nullptr;
     const ffn_bundle *bundle = nullptr;
     int64_t k = 0;
+    bool stream = false;  // a prompt batch: the cold rows go up and the device computes them
 };
 
 // The FFN of layer il on x [d, T] (post-norm hidden state). b may be nullptr

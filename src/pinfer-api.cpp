@@ -248,6 +248,7 @@ pinfer_context_params pinfer_context_default_params(void) {
     p.sim_copy_latency_us = 0;
     p.sim_copy_ns_per_byte = 0;
     p.sim_threads = 1;
+    p.prompt_stream_min = 32;
     return p;
 }
 
@@ -294,6 +295,8 @@ pinfer_context *pinfer_context_new(pinfer_model *model, pinfer_context_params pa
         p.sim_copy_ns_per_byte = params.sim_copy_ns_per_byte;
         if (params.sim_threads < 1 || params.sim_threads > 256) throw std::invalid_argument("sim_threads must be in [1, 256]");
         p.sim_threads = params.sim_threads;
+        if (params.prompt_stream_min < 0) throw std::invalid_argument("prompt_stream_min must be >= 0 (0: never)");
+        p.prompt_stream_min = params.prompt_stream_min;
         auto *pc = new pinfer_context();
         try {
             pc->c = std::make_unique<pinfer::context>(*model->m, p);

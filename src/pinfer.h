@@ -123,6 +123,10 @@ struct pinfer_context_params {
     double sim_copy_latency_us;   // sim: charged per host <-> device copy
     double sim_copy_ns_per_byte;  // sim: ... plus per byte
     int32_t sim_threads;          // sim: its kernel threads (default 1)
+    // Prompt batches of at least this many tokens send a hybrid layer's cold
+    // FFN rows to the device instead of computing them on the CPU (default 32;
+    // 0: never). docs/hybrid.md has the cost model.
+    int32_t prompt_stream_min;
 };
 
 // Precision of the activations that meet quantized weights. HIGH: about 15

@@ -101,6 +101,24 @@ def test_hybrid_equals_cpu(models, mode, mix, T):
     assert rel(cs.logits(), cc.logits()) <= RTOL
 
 
+@pytest.mark.parametrize("mode", ["off", "exact", "predictor", "threshold"])
+def test_prompt_batches_stream_or_compute_cold_rows(models, mode):
+    """A prompt batch of >= prompt_stream_min tokens sends the cold rows up (the
+    device computes them); with 0 the CPU computes them. Both are the CPU's result."""
+    k = MIXES["mixed"]
+    path = with_placement(models[mode], str(models["dir"] / f"{mode}_stream.gguf"), k)
+    toks = prompt(40, seed=11)
+    ref = logits_of(context(path, mode), toks)
+    moved = {}
+    for smin in (0, 32):
+        c = context(path, mode, device="sim", prompt_stream_min=smin)
+        assert rel(logits_of(c, toks), ref) <= RTOL
+        moved[smin] = c.transfer_stats(False)["bytes_h2d"]
+    m = _core.Model(path)
+    cold = sum(4 * 3 * m.n_embd * (N_FF - kk) for kk in k)  # F32 gate, up and down rows of the cold neurons
+    assert moved[32] - moved[0] >= cold - 4 * m.n_embd * 40 * 2  # weights go up; the activations no longer do
+
+
 @pytest.mark.parametrize("mode", ["off", "predictor"])
 def test_traffic_per_token_is_the_formula(models, mode):
     """Per decoded token: x up once, pos and the mask up; per hybrid layer the

@@ -101,12 +101,16 @@ ggml_backend_buffer_type_t ggml_backend_cpu_buffer_type(void);  // its buffers s
 ggml_backend_buffer_type_t ggml_backend_cpu_hugepage_buffer_type(void);
 
 // ---- transfers as graph nodes ----
-// A copy of a (contiguous) into memory of the other side, computed by the
+// A copy of a (rows contiguous; a strided tensor such as a column range of a
+// matrix arrives compact) into memory of the other side, computed by the
 // backend the context builds for (ggml_set_backend): to_host puts the result
 // in that backend's host (pinned) buffer type -- a device-to-host copy --,
 // otherwise in its own memory. Copies are what the counters of a device count.
 struct ggml_tensor *ggml_transfer(struct ggml_context *ctx, struct ggml_tensor *a, bool to_host);
 bool ggml_is_transfer(const struct ggml_tensor *t);
+// Executes transfer node t with copy(dst, src, bytes, ud): once for a
+// contiguous source, once per row otherwise. Returns the number of copies.
+size_t ggml_transfer_rows(const struct ggml_tensor *t, void (*copy)(void *dst, const void *src, size_t n, void *ud), void *ud);
 
 // ---- the scheduler: one graph over several backends ----
 // Nodes carry the backend that computes them (set while building, see

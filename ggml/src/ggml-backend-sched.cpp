@@ -144,8 +144,14 @@ bool ggml_backend_sched_alloc_graph(ggml_backend_sched *s, ggml_cgraph *g) {
                 if (it == s->producer.end() || it->second == si) continue;
                 if (std::find(cur.deps.begin(), cur.deps.end(), it->second) == cur.deps.end()) cur.deps.push_back(it->second);
             }
-            cut = cross[t] != 0;
-            if (cut) cur.read_elsewhere = true;
+            // consecutive results read elsewhere share one event (the state and
+            // the list a hybrid layer sends down: one wait, not two)
+            int nx = i + 1;
+            while (nx < n && ggml_op_is_view(nodes[nx]->op)) nx++;
+            const bool batch = nx < n && nodes[nx]->backend == t->backend && cross[nodes[nx]] && ggml_is_transfer(t) &&
+                               ggml_is_transfer(nodes[nx]);
+            cut = cross[t] != 0 && !batch;
+            if (cross[t]) cur.read_elsewhere = true;
         }
     }
     while (s->events.size() < s->segs.size())

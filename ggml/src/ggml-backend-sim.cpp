@@ -66,10 +66,18 @@ struct sim_ctx {
     // configured latency and time per byte (slept, not spun: a copy costs no CPU).
     void copy(void *dst, const void *src, size_t n, bool to_host) {
         memcpy(dst, src, n);
+        charge(n, to_host);
+    }
+    void charge(size_t n, bool to_host) {
         (to_host ? d2h : h2d) += n;
         copies++;
         const double us = p.copy_latency_us + p.copy_ns_per_byte * (double)n * 1e-3;
         if (us > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(us));
+    }
+    // A transfer node: one copy (a strided source: one 2-D copy, its rows gathered).
+    void transfer(const ggml_tensor *t) {
+        ggml_transfer_rows(t, [](void *d, const void *s, size_t n, void *) { memcpy(d, s, n); }, nullptr);
+        charge(ggml_nbytes(t), ggml_tensor_is_host(t));
     }
 };
 
@@ -138,7 +146,7 @@ int sim_compute(ggml_backend *be, ggml_tensor **nodes, int n) {
         while (i < n) {
             ggml_tensor *t = nodes[i];
             if (ggml_is_transfer(t)) {
-                c->copy(t->data, t->src[0]->data, ggml_nbytes(t), ggml_tensor_is_host(t));
+                c->transfer(t);
                 i++;
                 continue;
             }

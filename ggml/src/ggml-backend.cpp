@@ -267,7 +267,7 @@ void ggml_backend_event_synchronize(ggml_backend_event_t ev) {
 // ---------------------------------------------------------------- transfers
 
 ggml_tensor *ggml_transfer(ggml_context *ctx, ggml_tensor *a, bool to_host) {
-    if (!ggml_is_contiguous(a)) ggml_abort("transfer: '%s' is not contiguous (make it so with ggml_cont first)", a->name);
+    if (!ggml_is_contiguous_rows(a)) ggml_abort("transfer: the rows of '%s' are not contiguous", a->name);
     ggml_tensor *t = ggml_cont(ctx, a);
     if (t == a) ggml_abort("transfer: ggml_cont returned its input");
     t->flags |= GGML_TENSOR_FLAG_TRANSFER | (to_host ? GGML_TENSOR_FLAG_TRANSFER_HOST : 0);
@@ -275,3 +275,20 @@ ggml_tensor *ggml_transfer(ggml_context *ctx, ggml_tensor *a, bool to_host) {
 }
 
 bool ggml_is_transfer(const ggml_tensor *t) { return (t->flags & GGML_TENSOR_FLAG_TRANSFER) != 0; }
+
+size_t ggml_transfer_rows(const ggml_tensor *t, void (*copy)(void *dst, const void *src, size_t n, void *ud), void *ud) {
+    const ggml_tensor *src = t->src[0];
+    if (ggml_is_contiguous(src)) {
+        copy(t->data, src->data, ggml_nbytes(t), ud);
+        return 1;
+    }
+    // rows of a strided source (columns of a matrix): one copy per row, as a 2-D DMA does
+    const size_t row = ggml_row_size(src->type, src->ne[0]);
+    char *dst = (char *)t->data;
+    size_t n = 0;
+    for (int64_t i3 = 0; i3 < src->ne[3]; i3++)
+        for (int64_t i2 = 0; i2 < src->ne[2]; i2++)
+            for (int64_t i1 = 0; i1 < src->ne[1]; i1++, n++, dst += row)
+                copy(dst, (const char *)src->data + i1 * src->nb[1] + i2 * src->nb[2] + i3 * src->nb[3], row, ud);
+    return n;
+}

@@ -25,6 +25,7 @@
 #include "ggml.h"
 
 static int g_fail = 0, g_cases = 0;
+static bool g_op_seen[GGML_OP_COUNT];  // ops the cases' graphs ran
 #define CHECK(cond, ...)                                             \
     do {                                                             \
         if (!(cond)) {                                               \
@@ -237,6 +238,7 @@ static bool run_case(const op_case &c, const target &t, ggml_backend_t cpu, std:
     ggml_set_output(r);
     ggml_cgraph *g = ggml_new_graph(ctx);
     ggml_build_forward_expand(g, r);
+    for (int i = 0; i < ggml_graph_n_nodes(g); i++) g_op_seen[ggml_graph_node(g, i)->op] = true;
     // the leafs in the target's memory, through the buffer API
     size_t total = 0;
     for (auto &l : in.leafs) total += (ggml_nbytes(l.first) + 255) / 256 * 256;
@@ -415,6 +417,9 @@ int main() {
     sp.n_threads = 1;
     ggml_backend_t sim = ggml_backend_sim_init(sp);
     test_ops(cpu, sim);
+    // every op of the op table that computes something is covered by a case
+    for (int op = 0; op < GGML_OP_COUNT; op++)
+        CHECK(ggml_get_op_traits((ggml_op)op)->is_view || g_op_seen[op], "no case runs op %s", ggml_op_name((ggml_op)op));
     test_contracts(cpu);
     ggml_backend_free(sim);
     ggml_backend_free(cpu);
