@@ -31,6 +31,8 @@ struct graph_inputs {
     const graph_device *dev = nullptr;  // the hybrid plan's device (llama-graph.h); nullptr: CPU only
     // pos and kq_mask copied to the device, made by the first device layer that reads them
     mutable ggml_tensor *pos_dev = nullptr, *kq_mask_dev = nullptr;
+    // the KV store views and their bytes per position (a cached graph moves them)
+    std::vector<std::pair<ggml_tensor *, size_t>> *kv_moving = nullptr;
 };
 
 struct arch_impl {

@@ -94,6 +94,7 @@ context::context(const model &m, context_params p) : model_(m), params_(p) {
 }
 
 context::~context() {
+    drop_graph();
     ggml_backend_sched_free(sched_);
     kv_.reset();
     kv_dense_.reset();
@@ -160,16 +161,25 @@ void context::decode(const int32_t *tokens, int n, bool all_logits) {
     else { tm.t_eval_ms += ms; tm.n_eval += n; }
 }
 
-void context::decode_batch(const int32_t *tokens, int n, int n_outputs, float *out, kv_cache &kv, ffn_build *fb) {
-    using clock = std::chrono::steady_clock;
-    const auto t_begin = clock::now();
+// Single-token decodes reuse their graph and its plan while the padded
+// number of visible positions stays the same: only the KV store views move.
+// The padding is masked (-inf) and reads zero-filled or stale, finite cache rows.
+static constexpr int KV_PAD = 32;
+
+void context::drop_graph() {
+    if (gc_.ctx) ggml_free(gc_.ctx);
+    gc_ = graph_cache();
+}
+
+void context::build_graph(int n, int n_outputs, int n_kv, kv_cache &kv, ffn_build *fb, bool keep) {
+    drop_graph();
     ggml_init_params ip = {arena_.size(), arena_.data(), true};
     ggml_context *ctx = ggml_init(ip);
     if (!ctx) throw std::runtime_error("out of memory");
     graph_inputs in;
     in.n_tokens = n;
     in.pos0 = (int)kv.n_past;
-    in.n_kv = in.pos0 + n;
+    in.n_kv = n_kv;
     in.n_outputs = n_outputs > 0 ? n_outputs : 1;  // a prompt chunk without outputs still computes one
     in.tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
     in.pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
@@ -178,6 +188,7 @@ void context::decode_batch(const int32_t *tokens, int n, int n_outputs, float *o
     if (fb) fb->probes.assign(model_.hp.n_layer, ffn_probe());
     in.ffn = fb;
     in.dev = dev_ && &kv == kv_.get() ? &gdev_ : nullptr;  // the dense twin of --sparse-verify stays on the CPU
+    in.kv_moving = &gc_.moving;
 
     ggml_cgraph *gf = ggml_new_graph_custom(ctx, 64 + (size_t)model_.hp.n_layer * 96);
     ggml_tensor *logits = model_.arch->build_graph(ctx, gf, model_, kv, in);
@@ -192,30 +203,60 @@ void context::decode_batch(const int32_t *tokens, int n, int n_outputs, float *o
             ggml_tensor *t = ggml_graph_node(gf, i);
             if (ggml_op_takes_prec(t->op)) ggml_set_prec(t, GGML_PREC_HIGH);
         }
+    gc_.ctx = ctx;
     if (!ggml_backend_sched_alloc_graph(sched_, gf)) {
-        ggml_free(ctx);
+        drop_graph();
         throw std::runtime_error(std::string("out of memory planning the compute buffer: ") + ggml_backend_last_error());
     }
+    gc_.gf = gf;
+    gc_.logits = logits;
+    gc_.tokens = in.tokens;
+    gc_.pos = in.pos;
+    gc_.kq_mask = in.kq_mask;
+    gc_.has_dev = in.dev != nullptr;
+    gc_.n = n;
+    gc_.n_outputs = n_outputs;
+    gc_.n_kv = n_kv;
+    gc_.kv = &kv;
+    gc_.fb = fb;
+    gc_.reusable = keep;
+}
+
+void context::decode_batch(const int32_t *tokens, int n, int n_outputs, float *out, kv_cache &kv, ffn_build *fb) {
+    using clock = std::chrono::steady_clock;
+    const auto t_begin = clock::now();
+    const int pos0 = (int)kv.n_past;
+    // one shape repeats token after token; verify alternates two graphs, so it rebuilds
+    const bool cacheable = n == 1 && !kv_dense_ && params_.graph_cache;
+    const int n_kv = cacheable ? (int)std::min<uint32_t>(kv.n_ctx, (uint32_t)(pos0 + n + KV_PAD - 1) / KV_PAD * KV_PAD) : pos0 + n;
+    if (gc_.reusable && cacheable && gc_.n == n && gc_.n_outputs == n_outputs && gc_.n_kv == n_kv && gc_.kv == &kv &&
+        gc_.fb == fb) {
+        kv_view_move(gc_.moving, pos0);
+        graphs_reused_++;
+    } else {
+        build_graph(n, n_outputs, n_kv, kv, fb, cacheable);
+        graphs_built_++;
+    }
     // inputs through the buffer API: the same code whatever memory they are in
-    ggml_backend_tensor_set(in.tokens, tokens, 0, sizeof(int32_t) * n);
+    ggml_backend_tensor_set(gc_.tokens, tokens, 0, sizeof(int32_t) * n);
     pos_buf_.resize((size_t)n);
-    for (int i = 0; i < n; i++) pos_buf_[(size_t)i] = in.pos0 + i;
-    ggml_backend_tensor_set(in.pos, pos_buf_.data(), 0, sizeof(int32_t) * n);
-    mask_buf_.resize((size_t)n * in.n_kv);
+    for (int i = 0; i < n; i++) pos_buf_[(size_t)i] = pos0 + i;
+    ggml_backend_tensor_set(gc_.pos, pos_buf_.data(), 0, sizeof(int32_t) * n);
+    mask_buf_.resize((size_t)n * n_kv);
     for (int i = 0; i < n; i++)
-        for (int j = 0; j < in.n_kv; j++) mask_buf_[(size_t)i * in.n_kv + j] = j <= in.pos0 + i ? 0.0f : -INFINITY;
-    ggml_backend_tensor_set(in.kq_mask, mask_buf_.data(), 0, sizeof(float) * mask_buf_.size());
+        for (int j = 0; j < n_kv; j++) mask_buf_[(size_t)i * n_kv + j] = j <= pos0 + i ? 0.0f : -INFINITY;
+    ggml_backend_tensor_set(gc_.kq_mask, mask_buf_.data(), 0, sizeof(float) * mask_buf_.size());
 
     ggml_backend_sim_counters c0{}, c1{};
-    if (in.dev) ggml_backend_sim_get_counters(dev_, &c0);
+    if (gc_.has_dev) ggml_backend_sim_get_counters(dev_, &c0);
     const auto t_compute = clock::now();
-    const int rc = ggml_backend_sched_graph_compute(sched_, gf);
+    const int rc = ggml_backend_sched_graph_compute(sched_, gc_.gf);
     const auto t_computed = clock::now();
     if (rc != 0) {
-        ggml_free(ctx);
+        drop_graph();
         throw std::runtime_error(std::string("graph compute failed: ") + ggml_backend_last_error());
     }
-    if (in.dev) {
+    if (gc_.has_dev) {
         ggml_backend_sim_get_counters(dev_, &c1);
         ggml_backend_sched_stats st;
         ggml_backend_sched_get_stats(sched_, &st);
@@ -231,8 +272,8 @@ void context::decode_batch(const int32_t *tokens, int n, int n_outputs, float *o
     kv.n_past += n;
     if (fb && fb->stats) accumulate_ffn_stats(model_, *fb, stats_);
     if (fb && fb->observe) accumulate_ffn_observer(model_, *fb, observer_);
-    if (n_outputs > 0) ggml_backend_tensor_get(logits, out, 0, sizeof(float) * (size_t)n_outputs * model_.hp.n_vocab);
-    ggml_free(ctx);
+    if (n_outputs > 0) ggml_backend_tensor_get(gc_.logits, out, 0, sizeof(float) * (size_t)n_outputs * model_.hp.n_vocab);
+    if (!gc_.reusable) drop_graph();
     if (n == 1) {
         const auto t_end = clock::now();
         tm.t_host_ms += std::chrono::duration<double, std::milli>((t_compute - t_begin) + (t_end - t_computed)).count();

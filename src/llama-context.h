@@ -34,6 +34,7 @@ struct context_params {
     int sim_threads = 1;         // sim: its kernel threads
     double sim_copy_latency_us = 0, sim_copy_ns_per_byte = 0;  // sim: cost charged per copy
     int prompt_stream_min = 32;  // batches this large send a hybrid layer's cold rows up (0: the CPU computes them)
+    bool graph_cache = true;     // single-token decodes reuse their graph and plan (false: rebuild every token)
 };
 
 // What moved between the host and the device (decode calls with a device plan).
@@ -96,7 +97,24 @@ public:
     const transfer_stats &transfers(bool decode) const { return xfer_[decode ? 1 : 0]; }
     void reset_transfers() { xfer_[0] = xfer_[1] = transfer_stats(); }
 
+    // graphs built and reused by single-token decodes (the plan cache)
+    int64_t graphs_built() const { return graphs_built_; }
+    int64_t graphs_reused() const { return graphs_reused_; }
+
 private:
+    // The last graph, its plan and its inputs; kept while reusable.
+    struct graph_cache {
+        ggml_context *ctx = nullptr;
+        ggml_cgraph *gf = nullptr;
+        ggml_tensor *logits = nullptr, *tokens = nullptr, *pos = nullptr, *kq_mask = nullptr;
+        std::vector<std::pair<ggml_tensor *, size_t>> moving;  // KV store views, bytes per position
+        bool has_dev = false, reusable = false;
+        int n = 0, n_outputs = 0, n_kv = 0;
+        const kv_cache *kv = nullptr;
+        const ffn_build *fb = nullptr;
+    };
+    void build_graph(int n, int n_outputs, int n_kv, kv_cache &kv, ffn_build *fb, bool keep);
+    void drop_graph();
     void decode_batch(const int32_t *tokens, int n, int n_outputs, float *out, kv_cache &kv, ffn_build *fb);
 
     const model &model_;
@@ -112,6 +130,8 @@ private:
     std::vector<int32_t> pos_buf_;
     std::vector<float> mask_buf_;
     transfer_stats xfer_[2];
+    graph_cache gc_;
+    int64_t graphs_built_ = 0, graphs_reused_ = 0;
     std::vector<float> logits_;
     int n_logits_ = 0;
 

@@ -27,7 +27,7 @@ ggml_tensor *build_attention(ggml_context *ctx, ggml_cgraph *gf, const hparams &
                              const graph_inputs &in, int il, ggml_tensor *q, ggml_tensor *k, ggml_tensor *v) {
     const int hd = (int)hp.head_dim;
     const int n = in.n_tokens;
-    kv.store(ctx, gf, il, ggml_reshape_2d(ctx, k, hd * hp.n_head_kv, n), v, in.pos0);
+    kv.store(ctx, gf, il, ggml_reshape_2d(ctx, k, hd * hp.n_head_kv, n), v, in.pos0, in.kv_moving);
 
     ggml_tensor *K = kv.view_k(ctx, il, in.n_kv, hd, (int)hp.n_head_kv);  // [hd, n_kv, n_head_kv]
     ggml_tensor *V = kv.view_v(ctx, il, in.n_kv, hd, (int)hp.n_head_kv);  // [n_kv, hd, n_head_kv]

@@ -54,14 +54,29 @@ kv_cache::~kv_cache() {
     ggml_free(ctx);
 }
 
-void kv_cache::store(ggml_context *g, ggml_cgraph *gf, int il, ggml_tensor *k_cur, ggml_tensor *v_cur, int pos0) const {
+void kv_cache::store(ggml_context *g, ggml_cgraph *gf, int il, ggml_tensor *k_cur, ggml_tensor *v_cur, int pos0,
+                     std::vector<std::pair<ggml_tensor *, size_t>> *moving) const {
     const int64_t n_embd_gqa = k[il]->ne[0];
     const int64_t n_tokens = k_cur->ne[1];
     ggml_tensor *k_dst = ggml_view_2d(g, k[il], n_embd_gqa, n_tokens, k[il]->nb[1], (size_t)pos0 * k[il]->nb[1]);
-    ggml_build_forward_expand(gf, ggml_cpy(g, k_cur, k_dst));
+    ggml_tensor *k_cpy = ggml_cpy(g, k_cur, k_dst);
+    ggml_build_forward_expand(gf, k_cpy);
     // V is stored transposed: element (channel c, position p) at row c, column p
     ggml_tensor *v_dst = ggml_view_2d(g, v[il], n_tokens, n_embd_gqa, v[il]->nb[1], (size_t)pos0 * v[il]->nb[0]);
-    ggml_build_forward_expand(gf, ggml_cpy(g, ggml_transpose(g, v_cur), v_dst));
+    ggml_tensor *v_cpy = ggml_cpy(g, ggml_transpose(g, v_cur), v_dst);
+    ggml_build_forward_expand(gf, v_cpy);
+    if (moving)
+        for (auto tv : {std::make_pair(k_dst, k[il]->nb[1]), std::make_pair(k_cpy, k[il]->nb[1]),
+                        std::make_pair(v_dst, v[il]->nb[0]), std::make_pair(v_cpy, v[il]->nb[0])})
+            moving->push_back(tv);
+}
+
+void kv_view_move(const std::vector<std::pair<ggml_tensor *, size_t>> &moving, int pos0) {
+    for (const auto &tv : moving) {
+        ggml_tensor *t = tv.first;  // a view of a cache tensor (views of views are flattened)
+        t->view_offs = (size_t)pos0 * tv.second;
+        t->data = (char *)t->view_src->data + t->view_offs;
+    }
 }
 
 ggml_tensor *kv_cache::view_k(ggml_context *g, int il, int n_kv, int head_dim, int n_head_kv) const {

@@ -29,10 +29,16 @@ struct kv_cache {
     kv_cache &operator=(const kv_cache &) = delete;
 
     // Graph pieces: store this batch's K/V [n_embd_gqa, n_tokens] at pos0, and
-    // views of the first n_kv positions shaped for attention.
-    void store(ggml_context *ctx, ggml_cgraph *gf, int il, ggml_tensor *k_cur, ggml_tensor *v_cur, int pos0) const;
+    // views of the first n_kv positions shaped for attention. moving (may be
+    // null) collects the store's views with their bytes per position, so a
+    // cached graph can be pointed at the next position (kv_view_move).
+    void store(ggml_context *ctx, ggml_cgraph *gf, int il, ggml_tensor *k_cur, ggml_tensor *v_cur, int pos0,
+               std::vector<std::pair<ggml_tensor *, size_t>> *moving = nullptr) const;
     ggml_tensor *view_k(ggml_context *ctx, int il, int n_kv, int head_dim, int n_head_kv) const;  // [hd, n_kv, n_head_kv]
     ggml_tensor *view_v(ggml_context *ctx, int il, int n_kv, int head_dim, int n_head_kv) const;  // [n_kv, hd, n_head_kv]
 };
+
+// Points the collected store views at position pos0.
+void kv_view_move(const std::vector<std::pair<ggml_tensor *, size_t>> &moving, int pos0);
 
 }  // namespace pinfer

@@ -165,8 +165,6 @@ class Llama:
         if self._ctx.notice:
             print(f"pinfer: notice: {self._ctx.notice}", file=sys.stderr)
         if verbose:
-            import sys
-
             print(f"pinfer: loaded {model_path} in {1e3 * (time.perf_counter() - t0):.1f} ms: "
                   f"{self._model.desc}; n_ctx={self._ctx.n_ctx}", file=sys.stderr)
         self._seed_rng = random.Random(None if seed in (None, -1, DEFAULT_SEED) else seed)
@@ -449,8 +447,6 @@ class Llama:
             self._print_timings()
 
     def _print_timings(self) -> None:
-        import sys
-
         t = self.ctx.timings()
         for what, ms, n in (("prompt eval time", t["t_prompt_ms"], t["n_prompt"]),
                             ("eval time", t["t_eval_ms"], t["n_eval"])):
