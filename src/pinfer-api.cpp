@@ -249,6 +249,7 @@ pinfer_context_params pinfer_context_default_params(void) {
     p.sim_copy_ns_per_byte = 0;
     p.sim_threads = 1;
     p.prompt_stream_min = 32;
+    p.graph_cache = true;
     return p;
 }
 
@@ -297,6 +298,7 @@ pinfer_context *pinfer_context_new(pinfer_model *model, pinfer_context_params pa
         p.sim_threads = params.sim_threads;
         if (params.prompt_stream_min < 0) throw std::invalid_argument("prompt_stream_min must be >= 0 (0: never)");
         p.prompt_stream_min = params.prompt_stream_min;
+        p.graph_cache = params.graph_cache;
         auto *pc = new pinfer_context();
         try {
             pc->c = std::make_unique<pinfer::context>(*model->m, p);
@@ -481,6 +483,8 @@ pinfer_timings pinfer_get_timings(const pinfer_context *ctx) {
     t.n_eval = ctx->c->tm.n_eval;
     t.t_host_ms = ctx->c->tm.t_host_ms;
     t.n_host = ctx->c->tm.n_host;
+    t.n_graphs_built = ctx->c->graphs_built();
+    t.n_graphs_reused = ctx->c->graphs_reused();
     return t;
 }
 

@@ -127,6 +127,9 @@ struct pinfer_context_params {
     // FFN rows to the device instead of computing them on the CPU (default 32;
     // 0: never). docs/hybrid.md has the cost model.
     int32_t prompt_stream_min;
+    // Single-token decodes reuse their graph and its plan while the (padded)
+    // number of visible positions holds (default true; false: rebuild every token).
+    bool graph_cache;
 };
 
 // Precision of the activations that meet quantized weights. HIGH: about 15
@@ -243,6 +246,8 @@ struct pinfer_timings {
     int32_t n_eval;     // tokens evaluated one at a time
     double t_host_ms;   // of those: host work outside the kernels (graph, plan, inputs, logits)
     int32_t n_host;
+    int64_t n_graphs_built;   // graphs built and planned (all decodes)
+    int64_t n_graphs_reused;  // single-token decodes that reused the last graph and plan
 };
 struct pinfer_timings pinfer_get_timings(const struct pinfer_context *ctx);
 void pinfer_reset_timings(struct pinfer_context *ctx);

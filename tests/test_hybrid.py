@@ -138,7 +138,8 @@ def test_traffic_per_token_is_the_formula(models, mode):
     st = c.transfer_stats(True)
     assert st["n_graphs"] == n_steps and st["n_tokens"] == n_steps
     hybrid = sum(1 for kk in k if kk < N_FF)
-    n_kv = sum(len(toks) + i + 1 for i in range(n_steps))  # mask columns over the steps
+    # mask columns over the steps: the visible positions, padded to 32 (the decode graph is reused)
+    n_kv = sum(-(-(len(toks) + i + 1) // 32) * 32 for i in range(n_steps))
     idx = 4 * (N_FF + 1) if mode == "predictor" else 0
     assert st["bytes_h2d"] == n_steps * (4 * d + 4 + 4 * d * hybrid) + 4 * n_kv
     assert st["bytes_d2h"] == n_steps * (4 * d * hybrid + idx * hybrid + 4 * d)
@@ -216,3 +217,24 @@ def test_cli_sim_same_text_and_verbose_plan():
     assert bad.returncode != 0 and "larger than the device's memory" in bad.stderr
     ngl = subprocess.run(args + ["-ngl", "4"], capture_output=True, text=True, check=True)
     assert ngl.stdout == cpu.stdout and "notice" in ngl.stderr
+
+
+@pytest.mark.parametrize("device", ["cpu", "sim"])
+def test_plan_cache_reuses_the_decode_graph(models, device):
+    """Single-token decodes reuse one graph and plan per 32 positions; the text
+    and (to rounding: the padded positions are masked) the logits are those of
+    a graph rebuilt every token. A truncated cache moves the store views back."""
+    path = with_placement(models["predictor"], str(models["dir"] / f"cache_{device}.gguf"), MIXES["mixed"])
+    toks = prompt(5, seed=4)
+    runs = {}
+    for cache in (False, True):
+        c = context(path, "predictor", device=device, graph_cache=cache)
+        gen = greedy(c, toks, 40)
+        c.kv_truncate(12)
+        gen += greedy(c, [gen[7]], 10)
+        runs[cache] = (gen, c.logits().copy(), c.timings())
+    assert runs[True][0] == runs[False][0]
+    assert rel(runs[True][1], runs[False][1]) <= RTOL
+    t_on, t_off = runs[True][2], runs[False][2]
+    assert t_off["n_graphs_reused"] == 0
+    assert t_on["n_graphs_reused"] >= 40 and t_on["n_graphs_built"] <= 8

@@ -422,7 +422,8 @@ def test_core_context_errors(model):
     ctx.kv_truncate(3)
     assert ctx.n_past == 3
     t = ctx.timings()
-    assert set(t) == {"t_load_ms", "t_prompt_ms", "n_prompt", "t_eval_ms", "n_eval"}
+    assert set(t) == {"t_load_ms", "t_prompt_ms", "n_prompt", "t_eval_ms", "n_eval", "t_host_ms", "n_host",
+                      "n_graphs_built", "n_graphs_reused"}
     assert t["n_prompt"] == 8
     with pytest.raises(ValueError):
         _core.Context(m, 8, 4, 1, "q8_0")

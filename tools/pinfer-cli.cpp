@@ -514,7 +514,7 @@ void report_placement(const pinfer_model *model, const cli_params &p) {
     fprintf(stderr, "pinfer: placement: %lld FFN neurons on the GPU in all\n", (long long)total);
     if (p.verbose)
         for (int32_t il = 0; il < L; il++) fprintf(stderr, "pinfer: placement layer %3d: %d GPU neurons\n", il, k[(size_t)il]);
-    fprintf(stderr, "pinfer: GPU backend not built: placement selected, all layers run on the CPU\n");
+    fprintf(stderr, "pinfer: placement selected; with --device cpu all layers run on the CPU (--device sim runs the plan)\n");
 }
 
 // --sparse-stats / --sparse-verify: one line per layer, then the totals.

@@ -190,7 +190,7 @@ class Context {
             const std::string &sparse, bool sparse_stats, bool sparse_verify, bool ffn_observe,
             const std::string &precision, const std::string &device, int32_t n_gpu_layers, double vram_budget,
             double sim_memory, double sim_copy_latency_us, double sim_copy_ns_per_byte, int32_t sim_threads,
-            int32_t prompt_stream_min) {
+            int32_t prompt_stream_min, bool graph_cache) {
         auto mh = model.holder();
         pinfer_context_params cp = pinfer_context_default_params();
         if (device != "cpu" && device != "sim")
@@ -212,6 +212,7 @@ class Context {
         cp.sim_copy_ns_per_byte = sim_copy_ns_per_byte;
         cp.sim_threads = sim_threads;
         cp.prompt_stream_min = prompt_stream_min;
+        cp.graph_cache = graph_cache;
         cp.precision = pinfer_precision_from_name(precision.c_str());
         if (cp.precision < 0) throw nb::value_error(("precision must be 'high' or 'fast', got '" + precision + "'").c_str());
         cp.sparse_mode = pinfer_sparse_mode_from_name(sparse.c_str());
@@ -349,6 +350,8 @@ class Context {
         d["n_eval"] = t.n_eval;
         d["t_host_ms"] = t.t_host_ms;
         d["n_host"] = t.n_host;
+        d["n_graphs_built"] = t.n_graphs_built;
+        d["n_graphs_reused"] = t.n_graphs_reused;
         return d;
     }
     void reset_timings() { pinfer_reset_timings(holder()->p); }
@@ -631,13 +634,13 @@ void bind_llama(nb::module_ &m) {
     nb::class_<Context>(m, "Context", "KV cache, compute buffers and threads for one model.")
         .def(nb::init<Model &, uint32_t, uint32_t, int32_t, nb::handle, const std::string &, bool, bool, bool,
                       const std::string &, const std::string &, int32_t, double, double, double, double, int32_t,
-                      int32_t>(),
+                      int32_t, bool>(),
              nb::arg("model"), nb::arg("n_ctx") = 0, nb::arg("n_batch") = 512, nb::arg("n_threads") = 0,
              nb::arg("type_kv") = "f16", nb::arg("sparse") = "off", nb::arg("sparse_stats") = false,
              nb::arg("sparse_verify") = false, nb::arg("ffn_observe") = false, nb::arg("precision") = "high",
              nb::kw_only(), nb::arg("device") = "cpu", nb::arg("n_gpu_layers") = -1, nb::arg("vram_budget") = 0.0,
              nb::arg("sim_memory") = 0.0, nb::arg("sim_copy_latency_us") = 0.0, nb::arg("sim_copy_ns_per_byte") = 0.0,
-             nb::arg("sim_threads") = 1, nb::arg("prompt_stream_min") = 32,
+             nb::arg("sim_threads") = 1, nb::arg("prompt_stream_min") = 32, nb::arg("graph_cache") = true,
              "n_ctx 0: the model's training context (at most 4096); n_threads <= 0: all cores; "
              "type_kv: KV cache element type, 'f16' (or 1) or 'f32' (or 0, for exact comparisons); "
              "sparse: FFN mode 'off', 'exact', 'predictor', 'threshold' or 'auto'; sparse_stats / sparse_verify: "
