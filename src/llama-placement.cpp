@@ -110,9 +110,10 @@ hybrid_plan make_hybrid_plan(const model &m, const plan_request &r) {
     char msg[256];
     if (p.n_device_layers == 0) {
         if (want > 0) {
-            snprintf(msg, sizeof msg, "the device budget of %.2f GiB holds no layer (layer 0 needs %.2f GiB beside a %.2f GiB compute reserve): running on the CPU",
-                     gib(p.budget_bytes), gib(device_layer_bytes(m, 0, 0, bundle, true) + kv_layer_bytes(m, r)),
-                     gib(p.compute_reserve));
+            snprintf(msg, sizeof msg, "the device budget of %.1f MiB holds no layer (the compute reserve needs %.1f MiB and "
+                     "layer 0 %.1f MiB more): running on the CPU",
+                     p.budget_bytes / 1048576.0, compute_estimate(m, r) / 1048576.0,
+                     (device_layer_bytes(m, 0, 0, bundle, true) + kv_layer_bytes(m, r)) / 1048576.0);
             p.notice = msg;
         }
         return p;
