@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <queue>
 #include <stdexcept>
+#include <tuple>
 
 #include "llama-device-weights.h"
 #include "llama-model.h"
@@ -148,19 +149,21 @@ hybrid_plan make_hybrid_plan(const model &m, const plan_request &r) {
             for (int64_t i = i0; i < i1; i++) s += f ? (double)((const float *)f->data)[i] : 1.0;
             return s;
         };
-        using step = std::pair<double, uint32_t>;  // (frequency per byte of the layer's next granule, layer)
+        // (frequency per byte of the layer's next granule, -its prefix so far, layer): equal
+        // scores (a file without ffn_freq) spread the budget evenly over the layers
+        using step = std::tuple<double, int64_t, uint32_t>;
         std::priority_queue<step> q;
         auto push = [&](uint32_t il) {
             const int64_t g = prefix_granule(m, il), e = std::min(n, k[il] + g);
             if (k[il] >= n) return;
             const uint64_t b = device_layer_bytes(m, il, e, bundle, false) - (k[il] ? device_layer_bytes(m, il, k[il], bundle, false) : 0);
-            q.push({freq(il, k[il], e) / (double)std::max<uint64_t>(1, b), il});
+            q.push(step{freq(il, k[il], e) / (double)std::max<uint64_t>(1, b), -k[il], il});
         };
         for (uint32_t il = 0; il < L; il++)
             if (p.layers[il].on_device) push(il);
         uint64_t used = 0;
         while (!q.empty()) {
-            const uint32_t il = q.top().second;
+            const uint32_t il = std::get<2>(q.top());
             q.pop();
             const int64_t e = std::min(n, k[il] + prefix_granule(m, il));
             const uint64_t b = device_layer_bytes(m, il, e, bundle, false) - (k[il] ? device_layer_bytes(m, il, k[il], bundle, false) : 0);

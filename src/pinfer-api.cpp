@@ -70,6 +70,7 @@ int32_t pinfer_model_n_vocab(const pinfer_model *model) { return (int32_t)model-
 int32_t pinfer_model_n_ctx_train(const pinfer_model *model) { return (int32_t)model->m->hp.n_ctx_train; }
 int32_t pinfer_model_n_embd(const pinfer_model *model) { return (int32_t)model->m->hp.n_embd; }
 int32_t pinfer_model_n_layer(const pinfer_model *model) { return (int32_t)model->m->hp.n_layer; }
+int32_t pinfer_model_n_ff(const pinfer_model *model) { return (int32_t)model->m->hp.n_ff; }
 uint64_t pinfer_model_n_params(const pinfer_model *model) { return model->m->n_params; }
 uint64_t pinfer_model_size(const pinfer_model *model) { return model->m->n_bytes; }
 

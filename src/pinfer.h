@@ -31,6 +31,7 @@ int32_t pinfer_model_n_vocab(const struct pinfer_model *model);
 int32_t pinfer_model_n_ctx_train(const struct pinfer_model *model);
 int32_t pinfer_model_n_embd(const struct pinfer_model *model);
 int32_t pinfer_model_n_layer(const struct pinfer_model *model);
+int32_t pinfer_model_n_ff(const struct pinfer_model *model);  // FFN neurons per layer
 uint64_t pinfer_model_n_params(const struct pinfer_model *model);
 uint64_t pinfer_model_size(const struct pinfer_model *model);  // bytes of weights
 // Bytes of FFN weights a sparse context moved into anonymous memory advised

@@ -128,7 +128,7 @@ def test_traffic_per_token_is_the_formula(models, mode):
     k = [0, N_FF // 2, N_FF]  # layer 2 keeps its whole FFN: no traffic there
     path = with_placement(models[mode], str(models["dir"] / f"{mode}_traffic.gguf"), k)
     c = context(path, mode, device="sim")
-    d = c.n_embd if hasattr(c, "n_embd") else _core.Model(path).n_embd
+    d = _core.Model(path).n_embd
     toks = prompt(4, seed=1)
     c.decode(toks)
     c.reset_transfer_stats()

@@ -14,6 +14,7 @@ Ratios measured in one run, on one model file:
 import argparse
 import os
 import platform
+import re
 import sys
 import time
 
@@ -79,23 +80,19 @@ def main(argv=None) -> int:
     sim = best(lambda: decode_rate(m, a.tokens, a.prompt, sparse=a.sparse, threads=2, device="sim", sim_threads=2)[0])
     print(f"1. decode, 2 threads: CPU {cpu:.2f} tok/s, all layers on sim {sim:.2f} tok/s: sim/CPU {sim / cpu:.2f}x")
 
-    # 2. concurrency: half the FFN on each side, one thread each, vs one CPU thread for everything
-    k_half = [(True, 0)] * L  # placeholder to show the plan below
+    # 2. concurrency: about half of every FFN on each side, one thread each, vs one CPU thread for everything
     one = best(lambda: decode_rate(m, a.tokens, a.prompt, sparse=a.sparse, threads=1)[0])
-    _, c_dev = decode_rate(m, 2, a.prompt, sparse=a.sparse, threads=1, device="sim")
-    dev_bytes = c_dev.transfer_stats(True)["device_bytes"]
-    # a budget that keeps about half of the FFN bytes on the device
-    budget_gib = 0.55 * (dev_bytes + 24 * 2**20) / 2**30
-    rate_h, c_h = decode_rate(m, a.tokens, a.prompt, sparse=a.sparse, threads=1, device="sim", sim_threads=1,
-                              vram_budget=budget_gib)
-    hyb = max(rate_h, best(lambda: decode_rate(m, a.tokens, a.prompt, sparse=a.sparse, threads=1, device="sim",
-                                               sim_threads=1, vram_budget=budget_gib)[0]))
+    _, c_all = decode_rate(m, 2, a.prompt, sparse=a.sparse, threads=1, device="sim")
+    fields = {k: float(v) for k, v in re.findall(r"(attention|FFN|KV|compute reserve) ([\d.]+) MiB", c_all.plan_text)}
+    budget_gib = (fields["compute reserve"] + fields["attention"] + fields["KV"] + fields["FFN"] / 2 + 1) / 1024
+    hybrid = dict(sparse=a.sparse, threads=1, device="sim", sim_threads=1, vram_budget=budget_gib)
+    rate_h, c_h = decode_rate(m, a.tokens, a.prompt, **dict(hybrid))
+    hyb = max(rate_h, best(lambda: decode_rate(m, a.tokens, a.prompt, **dict(hybrid))[0]))
     plan = c_h.plan()
     kk = [k for on, k in plan if on]
-    print(f"2. concurrency, 1 CPU thread + 1 sim thread, {sum(1 for on, _ in plan if on)} layers on sim, FFN prefixes "
-          f"{min(kk) if kk else 0}..{max(kk) if kk else 0}: hybrid {hyb:.2f} tok/s vs 1 CPU thread {one:.2f} tok/s: "
-          f"{hyb / one:.2f}x")
-    del k_half
+    print(f"2. concurrency, 1 CPU thread + 1 sim thread, {len(kk)} layers on sim, FFN prefixes k = "
+          f"{min(kk) if kk else 0}..{max(kk) if kk else 0} of {m.n_ff}: hybrid {hyb:.2f} tok/s vs 1 CPU thread "
+          f"{one:.2f} tok/s: {hyb / one:.2f}x")
 
     # 3. host time per generated token
     for dev in ("cpu", "sim"):
@@ -107,7 +104,7 @@ def main(argv=None) -> int:
     # 4. traffic per token and hybrid layer
     st = c_h.transfer_stats(True)
     g = max(1, st["n_graphs"])
-    hybrid_layers = sum(1 for on, k in plan if on and 0 <= k < m.n_ff) or 1
+    hybrid_layers = sum(1 for on, k in plan if on and k < m.n_ff) or 1
     d = m.n_embd
     pi_bytes = 0.4e6 * (d / 5120)  # PowerInfer: ~0.4 MB per 13B layer (d = 5120), scaled by d
     print(f"4. traffic per token: {st['bytes_h2d'] / g / 1024:.1f} KiB to the device, {st['bytes_d2h'] / g / 1024:.1f} KiB "
@@ -118,9 +115,8 @@ def main(argv=None) -> int:
     # 5. a prompt batch: stream the cold rows or compute them on the CPU
     ns_per_byte = 1.0 / a.pcie_gbs
     for smin, what in ((0, "cold rows on the CPU"), (32, "cold rows streamed")):
-        ts = [prompt_time(m, a.prompt, sparse=a.sparse, threads=1, device="sim", sim_threads=1, vram_budget=budget_gib,
-                          prompt_stream_min=smin, sim_copy_latency_us=a.latency_us, sim_copy_ns_per_byte=ns_per_byte)
-              for _ in range(a.reps)]
+        ts = [prompt_time(m, a.prompt, **dict(hybrid), prompt_stream_min=smin, sim_copy_latency_us=a.latency_us,
+                          sim_copy_ns_per_byte=ns_per_byte) for _ in range(a.reps)]
         t, c = min(ts, key=lambda x: x[0])
         s = c.transfer_stats(False)
         print(f"5. prompt of {a.prompt} tokens, {what}: {1e3 * t:.1f} ms, {s['bytes_h2d'] / 2**20:.1f} MiB to the device "

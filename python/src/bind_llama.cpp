@@ -605,6 +605,7 @@ void bind_llama(nb::module_ &m) {
         .def_prop_ro("n_ctx_train", [](const Model &s) { return pinfer_model_n_ctx_train(s.get()); })
         .def_prop_ro("n_embd", [](const Model &s) { return pinfer_model_n_embd(s.get()); })
         .def_prop_ro("n_layer", [](const Model &s) { return pinfer_model_n_layer(s.get()); })
+        .def_prop_ro("n_ff", [](const Model &s) { return pinfer_model_n_ff(s.get()); })
         .def_prop_ro("n_params", [](const Model &s) { return pinfer_model_n_params(s.get()); })
         .def_prop_ro("size", [](const Model &s) { return pinfer_model_size(s.get()); }, "Bytes of weights.")
         .def_prop_ro("arch", [](const Model &s) { return std::string(pinfer_model_arch(s.get())); })
