@@ -238,3 +238,28 @@ def test_plan_cache_reuses_the_decode_graph(models, device):
     t_on, t_off = runs[True][2], runs[False][2]
     assert t_off["n_graphs_reused"] == 0
     assert t_on["n_graphs_reused"] >= 40 and t_on["n_graphs_built"] <= 8
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "falcon"])
+def test_other_architectures_on_the_sim(tmp_path, arch):
+    """qwen2 (q/k/v biases, NeoX rope) and falcon (fused qkv, layer norm with
+    bias, ungated FFN): every layer's weights and biases reach the device."""
+    from pinfer import convert as cv
+
+    d = str(tmp_path / "hf")
+    os.makedirs(d)
+    if arch == "qwen2":
+        tinymodel.write_bpe_tokenizer(d, "qwen2")
+        hf = tinymodel.make_hf_qwen2(n_embd=64, n_layer=3, n_head=4, n_head_kv=2, n_ff=96, seed=6)
+    else:
+        tinymodel.write_bpe_tokenizer(d, "gpt2")
+        hf = tinymodel.make_hf_falcon(n_embd=32, n_layer=3, n_head=4, new_arch=True, n_head_kv=2, n_ff=80, seed=7)
+    hf.save_pretrained(d)
+    path = cv.convert(d, str(tmp_path / f"{arch}.gguf"), type="f32", progress=False)
+    n_ff = 96 if arch == "qwen2" else 80
+    placed = with_placement(path, str(tmp_path / f"{arch}_k.gguf"), [0, n_ff // 2, n_ff])
+    toks = prompt(6, seed=8)
+    ref = logits_of(context(placed), toks)
+    c = context(placed, device="sim")
+    assert c.plan() == [(True, 0), (True, n_ff // 2), (True, n_ff)]
+    assert rel(logits_of(c, toks), ref) <= RTOL
