@@ -49,6 +49,7 @@ context::context(const model &m, context_params p) : model_(m), params_(p) {
         r.type_kv = p.type_kv;
         r.mode = ffn_.mode;
         r.bundles = pred && !ffn_.bundles.empty();
+        r.whole_layers = p.offload_layers;
         plan_ = make_hybrid_plan(m, r);  // throws when the budget exceeds the device
         notice_ = plan_.notice;
         if (plan_.any()) {

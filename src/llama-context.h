@@ -29,6 +29,7 @@ struct context_params {
     // The hybrid engine (shared/HYBRID.md): a device for the hot part of the model.
     std::string device = "cpu";  // "cpu" or "sim" (a simulated device: ggml-backend-sim.h)
     int n_gpu_layers = -1;       // layers on the device, in order (-1: as many as the budget holds)
+    bool offload_layers = false; // whole layers on the device, no neuron split (llama.cpp's -ngl), for comparison
     uint64_t vram_budget = 0;    // bytes of device memory the plan may use (0: all of it)
     uint64_t sim_memory = 0;     // sim: the simulated card's memory (0: 24 GiB)
     int sim_threads = 1;         // sim: its kernel threads

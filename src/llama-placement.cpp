@@ -97,15 +97,19 @@ hybrid_plan make_hybrid_plan(const model &m, const plan_request &r) {
     uint64_t left = p.budget_bytes - p.compute_reserve;
     const bool bundle = r.bundles;
 
-    // attention (with norms, predictor and KV cache) layer by layer, as -ngl fills
+    // attention (with norms, predictor and KV cache) layer by layer, as -ngl fills;
+    // whole_layers: each layer with its whole FFN, the llama.cpp way
     const uint32_t want = r.n_gpu_layers < 0 ? L : std::min<uint32_t>(L, (uint32_t)r.n_gpu_layers);
     for (uint32_t il = 0; il < want; il++) {
         const uint64_t a = device_layer_bytes(m, il, 0, bundle, true), kv = kv_layer_bytes(m, r);
-        if (a + kv > left) break;
-        left -= a + kv;
+        const uint64_t f = r.whole_layers ? device_layer_bytes(m, il, n, bundle, false) : 0;
+        if (a + kv + f > left) break;
+        left -= a + kv + f;
         p.layers[il].on_device = true;
+        p.layers[il].k = r.whole_layers ? n : 0;
         p.attn_bytes += a;
         p.kv_bytes += kv;
+        p.ffn_bytes += f;
         p.n_device_layers++;
     }
     char msg[256];
@@ -124,6 +128,11 @@ hybrid_plan make_hybrid_plan(const model &m, const plan_request &r) {
         p.notice = msg;
     }
 
+    if (r.whole_layers) {
+        p.kind = PLACEMENT_EXACT;  // nothing chosen: every device layer holds its whole FFN
+        p.whole_layers = true;
+        return p;
+    }
     // FFN prefixes in what is left: the placement section's entry for it, kept
     // where it fits; else a greedy split by activation frequency per byte
     auto ffn_bytes = [&](const std::vector<int64_t> &k) {
@@ -183,8 +192,12 @@ std::string describe_plan(const model &m, const hybrid_plan &p) {
     const char *kinds[] = {"the placement entry for this budget", "the placement entry below this budget", "a greedy split"};
     char line[256];
     std::string s;
-    snprintf(line, sizeof line, "plan: %d of %u layers on the device (attention, norms, predictor, KV cache); FFN prefixes from %s\n",
-             p.n_device_layers, L, kinds[p.kind]);
+    if (p.whole_layers)
+        snprintf(line, sizeof line, "plan: %d of %u layers on the device, each whole (layer offload, no neuron split)\n",
+                 p.n_device_layers, L);
+    else
+        snprintf(line, sizeof line, "plan: %d of %u layers on the device (attention, norms, predictor, KV cache); FFN prefixes from %s\n",
+                 p.n_device_layers, L, kinds[p.kind]);
     s += line;
     for (uint32_t i = 0; i < L;) {  // runs of layers with the same placement
         uint32_t j = i;

@@ -45,6 +45,7 @@ struct plan_request {
     ggml_type type_kv = GGML_TYPE_F16;
     sparse_mode mode = sparse_mode::OFF;  // resolved
     bool bundles = false;        // predictor mode keeps a (gate, up, down_t) bundle per layer
+    bool whole_layers = false;   // llama.cpp's layer offload: whole layers in order, no neuron split
 };
 
 struct hybrid_plan {
@@ -55,6 +56,7 @@ struct hybrid_plan {
     uint64_t attn_bytes = 0, ffn_bytes = 0, kv_bytes = 0;  // on the device
     uint64_t compute_reserve = 0;  // kept free for the device's compute buffer
     std::string notice;            // why the plan holds less than asked ("" when it holds all)
+    bool whole_layers = false;     // made by layer offload
     bool any() const { return n_device_layers > 0; }
     uint64_t device_total() const { return attn_bytes + ffn_bytes + kv_bytes; }
 };

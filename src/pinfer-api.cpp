@@ -251,6 +251,7 @@ pinfer_context_params pinfer_context_default_params(void) {
     p.sim_threads = 1;
     p.prompt_stream_min = 32;
     p.graph_cache = true;
+    p.offload_layers = false;
     return p;
 }
 
@@ -300,6 +301,7 @@ pinfer_context *pinfer_context_new(pinfer_model *model, pinfer_context_params pa
         if (params.prompt_stream_min < 0) throw std::invalid_argument("prompt_stream_min must be >= 0 (0: never)");
         p.prompt_stream_min = params.prompt_stream_min;
         p.graph_cache = params.graph_cache;
+        p.offload_layers = params.offload_layers;
         auto *pc = new pinfer_context();
         try {
             pc->c = std::make_unique<pinfer::context>(*model->m, p);

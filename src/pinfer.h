@@ -131,6 +131,9 @@ struct pinfer_context_params {
     // Single-token decodes reuse their graph and its plan while the (padded)
     // number of visible positions holds (default true; false: rebuild every token).
     bool graph_cache;
+    // Layer offload as llama.cpp does it: whole layers on the device in order,
+    // no neuron split (default false: attention first, then hot FFN prefixes).
+    bool offload_layers;
 };
 
 // Precision of the activations that meet quantized weights. HIGH: about 15

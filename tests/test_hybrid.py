@@ -263,3 +263,17 @@ def test_other_architectures_on_the_sim(tmp_path, arch):
     c = context(placed, device="sim")
     assert c.plan() == [(True, 0), (True, n_ff // 2), (True, n_ff)]
     assert rel(logits_of(c, toks), ref) <= RTOL
+
+
+def test_layer_offload_mode(models):
+    """offload='layers' (llama.cpp's -ngl): whole layers in order while they fit,
+    no neuron split; same logits."""
+    path = models["off"]
+    full = context(path, device="sim", offload="layers")
+    assert full.plan() == [(True, N_FF)] * N_LAYER
+    two = context(path, device="sim", offload="layers", n_gpu_layers=2)
+    assert two.plan() == [(True, N_FF), (True, N_FF), (False, 0)]
+    toks = prompt(6, seed=9)
+    assert rel(logits_of(two, toks), logits_of(context(path), toks)) <= RTOL
+    with pytest.raises(ValueError, match="offload must be"):
+        context(path, device="sim", offload="rows")

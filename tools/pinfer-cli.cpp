@@ -71,6 +71,7 @@ struct cli_params {
     double vram_budget_gib = -1;  // --vram-budget: < 0 = not given
     std::string device = "cpu";   // --device: cpu, sim (cuda when built with it)
     int32_t n_gpu_layers = -1;    // -ngl: -1 = not given (all that fit on a device)
+    std::string offload = "neurons";  // --offload: neurons (hybrid) or layers (whole layers, as llama.cpp)
     pinfer_sampler_params sampling = pinfer_sampler_default_params();
 };
 
@@ -118,6 +119,8 @@ void print_usage(FILE *out, const char *argv0) {
             "        --device DEV          where hot layers and neurons run: cpu (default) or sim, a\n"
             "                              simulated GPU that shows the plan and its traffic\n"
             "  -ngl, --n-gpu-layers N      layers on the device, in order (default: all that fit)\n"
+            "        --offload MODE        neurons (default: attention, then hot FFN prefixes per layer, the\n"
+            "                              cold neurons on the CPU) or layers (whole layers, as llama.cpp)\n"
             "        --vram-budget GIB     device memory to use (default: all of it); with --device cpu:\n"
             "                              the model's neuron placement for this budget\n"
             "                              (--verbose: the plan, GPU neurons per layer, traffic per token)\n"
@@ -286,6 +289,10 @@ cli_params parse_args(int argc, char **argv) {
                 throw usage_error{"this build has no CUDA backend (install with -C cmake.define.PINFER_CUDA=ON); devices: cpu, sim"};
             if (p.device != "cpu" && p.device != "sim")
                 throw usage_error{"unknown device '" + p.device + "' (cpu, sim)"};
+        } else if (a == "--offload") {
+            p.offload = value();
+            if (p.offload != "neurons" && p.offload != "layers")
+                throw usage_error{"invalid --offload '" + p.offload + "' (neurons, layers)"};
         } else if (a == "-ngl" || a == "--n-gpu-layers" || a == "--gpu-layers") {
             p.n_gpu_layers = parse_int(a, value(), 0, 1 << 20);
         } else if (a == "--verbose") {
@@ -689,6 +696,7 @@ int run(int argc, char **argv) {
         cp.sparse_flags = (p.sparse_stats ? PINFER_SPARSE_FLAG_STATS : 0u) | (p.sparse_verify ? PINFER_SPARSE_FLAG_VERIFY : 0u);
         cp.device = p.device.c_str();
         cp.n_gpu_layers = p.n_gpu_layers;
+        cp.offload_layers = p.offload == "layers";
         if (p.device != "cpu" && p.vram_budget_gib >= 0) cp.vram_budget = (uint64_t)std::llround(p.vram_budget_gib * 1073741824.0);
         s.ctx = pinfer_context_new(s.model, cp);
         if (!s.ctx) throw run_error{api_error("cannot create a context")};

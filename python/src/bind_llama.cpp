@@ -190,7 +190,7 @@ class Context {
             const std::string &sparse, bool sparse_stats, bool sparse_verify, bool ffn_observe,
             const std::string &precision, const std::string &device, int32_t n_gpu_layers, double vram_budget,
             double sim_memory, double sim_copy_latency_us, double sim_copy_ns_per_byte, int32_t sim_threads,
-            int32_t prompt_stream_min, bool graph_cache) {
+            int32_t prompt_stream_min, bool graph_cache, const std::string &offload) {
         auto mh = model.holder();
         pinfer_context_params cp = pinfer_context_default_params();
         if (device != "cpu" && device != "sim")
@@ -213,6 +213,9 @@ class Context {
         cp.sim_threads = sim_threads;
         cp.prompt_stream_min = prompt_stream_min;
         cp.graph_cache = graph_cache;
+        if (offload != "neurons" && offload != "layers")
+            throw nb::value_error(("offload must be 'neurons' or 'layers', got '" + offload + "'").c_str());
+        cp.offload_layers = offload == "layers";
         cp.precision = pinfer_precision_from_name(precision.c_str());
         if (cp.precision < 0) throw nb::value_error(("precision must be 'high' or 'fast', got '" + precision + "'").c_str());
         cp.sparse_mode = pinfer_sparse_mode_from_name(sparse.c_str());
@@ -635,13 +638,14 @@ void bind_llama(nb::module_ &m) {
     nb::class_<Context>(m, "Context", "KV cache, compute buffers and threads for one model.")
         .def(nb::init<Model &, uint32_t, uint32_t, int32_t, nb::handle, const std::string &, bool, bool, bool,
                       const std::string &, const std::string &, int32_t, double, double, double, double, int32_t,
-                      int32_t, bool>(),
+                      int32_t, bool, const std::string &>(),
              nb::arg("model"), nb::arg("n_ctx") = 0, nb::arg("n_batch") = 512, nb::arg("n_threads") = 0,
              nb::arg("type_kv") = "f16", nb::arg("sparse") = "off", nb::arg("sparse_stats") = false,
              nb::arg("sparse_verify") = false, nb::arg("ffn_observe") = false, nb::arg("precision") = "high",
              nb::kw_only(), nb::arg("device") = "cpu", nb::arg("n_gpu_layers") = -1, nb::arg("vram_budget") = 0.0,
              nb::arg("sim_memory") = 0.0, nb::arg("sim_copy_latency_us") = 0.0, nb::arg("sim_copy_ns_per_byte") = 0.0,
              nb::arg("sim_threads") = 1, nb::arg("prompt_stream_min") = 32, nb::arg("graph_cache") = true,
+             nb::arg("offload") = "neurons",
              "n_ctx 0: the model's training context (at most 4096); n_threads <= 0: all cores; "
              "type_kv: KV cache element type, 'f16' (or 1) or 'f32' (or 0, for exact comparisons); "
              "sparse: FFN mode 'off', 'exact', 'predictor', 'threshold' or 'auto'; sparse_stats / sparse_verify: "
