@@ -1,4 +1,5 @@
 #include "llama-context.h"
+#include "llama-model-validate.h"
 
 #include <chrono>
 #include <cmath>
@@ -74,6 +75,7 @@ void context::decode(const int32_t *tokens, int n, bool all_logits) {
         const int n_out = all_logits ? nb : (last ? 1 : 0);
         float *out = all_logits ? logits_.data() + (size_t)done * n_vocab : logits_.data();
         decode_batch(tokens + done, nb, n_out, out, kv_, &ffn_);
+        check_logits_finite(out, (size_t)n_out * n_vocab);  // NaN/Inf weights show here, not as garbage text
         if (kv_dense_) {  // verify: the same batch through the dense graph, compared row by row
             logits_dense_.resize((size_t)std::max(n_out, 1) * n_vocab);
             decode_batch(tokens + done, nb, n_out, logits_dense_.data(), *kv_dense_, nullptr);
