@@ -67,12 +67,12 @@ def _down_types(path: str) -> Dict[str, str]:
 
 
 def _quantize(src: str, dst: str, type_name: str, threads: Optional[int]) -> None:
-    from .cli import find_tool
+    from .cli import child_preexec, find_tool
 
     cmd = [find_tool("pinfer-quantize"), src, dst, type_name]
     if threads:
         cmd += ["--threads", str(threads)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=child_preexec())
     if r.returncode != 0:
         msg = (r.stderr or r.stdout).strip().splitlines()
         raise PlaceError(f"pinfer-quantize {type_name} failed: {msg[-1] if msg else 'exit ' + str(r.returncode)}")

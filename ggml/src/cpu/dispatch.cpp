@@ -1,6 +1,7 @@
 // Picks the best SIMD kernels this CPU can run, once at start-up. The SIMD
 // files are compiled with their own -m flags, so nothing here may touch a
 // wide register: we only test CPU features and call the matching family.
+#include "cpu-features.h"
 #include "kernels.h"
 #include "vec-dot-simd.h"
 
@@ -15,7 +16,7 @@ extern "C" const char *ggml_cpu_init_kernels(struct ggml_type_traits *table) {
 #ifdef GGML_SIMD_X86
     __builtin_cpu_init();
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                      __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
+                      ggml_cpu_has_f16c() && __builtin_cpu_supports("bmi2");
     const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                         __builtin_cpu_supports("avx512vnni");

@@ -31,6 +31,7 @@
 
 #include <algorithm>
 
+#include "cpu-features.h"
 #include "ggml-impl.h"
 #include "ggml-quants.h"
 #include "ops.h"
@@ -80,7 +81,7 @@ struct axpy_table {
     axpy_table() {
 #if defined(__x86_64__) || defined(_M_X64)
         __builtin_cpu_init();
-        const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && ggml_cpu_has_f16c();
         if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
             __builtin_cpu_supports("avx512vl")) {
             ggml_axpy_kernels_avx512(&best);
