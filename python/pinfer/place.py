@@ -45,6 +45,8 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from .outfile import atomic_output
+
 __all__ = ["place", "format_summary", "add_parser", "main"]
 
 
@@ -185,7 +187,8 @@ def write_plot(inst, pls, path: str) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
+    with atomic_output(path, what="plot") as tmp:
+        fig.savefig(tmp, format="png")
     plt.close(fig)
 
 
