@@ -1,5 +1,6 @@
 #include "llama-context.h"
 #include "llama-model-validate.h"
+#include "llama-threads.h"
 
 #include <chrono>
 #include <cmath>
@@ -27,8 +28,9 @@ context::context(const model &m, context_params p)
     if (p.sparse_verify) kv_dense_ = std::make_unique<kv_cache>(m.hp, kv_.n_ctx, p.type_kv);
     reset_sparse_stats();
     if (params_.n_batch == 0) params_.n_batch = 512;
-    if (params_.n_threads <= 0) params_.n_threads = (int)std::max(1u, std::thread::hardware_concurrency());
+    params_.n_threads = pick_n_threads(params_.n_threads, "pinfer");
     tp_ = ggml_threadpool_new(params_.n_threads);
+    if (!tp_) throw std::runtime_error("cannot start " + std::to_string(params_.n_threads) + " compute threads");
     galloc_ = ggml_gallocr_new();
     // headers for every node of the largest graph: generous per layer
     const size_t max_nodes = 64 + (size_t)m.hp.n_layer * 96;

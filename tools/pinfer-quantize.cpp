@@ -53,6 +53,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -60,6 +61,7 @@
 
 #include "ggml.h"
 #include "gguf.h"
+#include "llama-threads.h"
 
 namespace {
 
@@ -269,7 +271,10 @@ void parallel_rows(int64_t nrows, int64_t row_elems, int n_threads, F fn) {
         }
     };
     std::vector<std::thread> th;
-    for (int i = 1; i < nt; i++) th.emplace_back(work, i);
+    try {
+        for (int i = 1; i < nt; i++) th.emplace_back(work, i);
+    } catch (const std::system_error &) {  // a thread did not start: those that did share the work
+    }
     work(0);
     for (auto &t : th) t.join();
 }
@@ -357,7 +362,7 @@ options parse_args(int argc, char **argv) {
     o.in = pos[0];
     o.out = pos[1];
     o.type = pos[2];
-    if (o.n_threads <= 0) o.n_threads = (int)std::max(1u, std::thread::hardware_concurrency());
+    o.n_threads = pinfer::pick_n_threads(o.n_threads, "pinfer-quantize");
     return o;
 }
 
