@@ -7,7 +7,9 @@
 // than on the parser (fuzz-gguf.cpp covers that). Each input is loaded through
 // the C API and, when it loads, decoded (a two-token prompt, then one token)
 // and its chat template applied, under ASan + UBSan (the whole library is
-// instrumented when PINFER_FUZZ is on). A load or decode may fail, with a
+// instrumented when PINFER_FUZZ is on). The seeds cover llama (ReLU: exact
+// sparse mode; with predictors; SwiGLU with magnitude thresholds), qwen2 and
+// falcon; the context asks for sparse mode "auto", so every mode is reached. A load or decode may fail, with a
 // message; it may not crash, hang or trip a sanitizer.
 #include <sys/mman.h>
 #include <unistd.h>
@@ -196,8 +198,14 @@ tensor f32_tensor(const std::string &name, std::vector<int64_t> ne, std::minstd_
     return t;
 }
 
-file seed_model() {
+// The seed models: the architectures and sparse modes the loader knows, so
+// that mutations start from each of them.
+enum seed_kind { SEED_LLAMA_RELU, SEED_LLAMA_PREDICTOR, SEED_LLAMA_THRESHOLD, SEED_QWEN2, SEED_FALCON, SEED_COUNT };
+
+file seed_model(int kind) {
     file f;
+    const std::string arch = kind == SEED_QWEN2 ? "qwen2" : kind == SEED_FALCON ? "falcon" : "llama";
+    const std::string a = arch + ".";
     // SentencePiece vocabulary: specials, byte fallback for 'A', a few pieces
     const std::vector<std::string> tokens = {"<unk>", "<s>", "</s>", "<0x41>", "\xE2\x96\x81", "a", "b",
                                              "\xE2\x96\x81" "a", "ab", "\xE2\x96\x81" "ab"};
@@ -205,41 +213,69 @@ file seed_model() {
     std::vector<float> scores;
     for (int i = 0; i < V; i++) scores.push_back(-(float)i);
     const std::vector<int32_t> types = {2, 3, 3, 6, 1, 1, 1, 1, 1, 1};
-    f.kvs = {str_kv("general.architecture", "llama"),
-             scalar<uint32_t>("llama.context_length", GGUF_TYPE_UINT32, 64),
-             scalar<uint32_t>("llama.embedding_length", GGUF_TYPE_UINT32, E),
-             scalar<uint32_t>("llama.block_count", GGUF_TYPE_UINT32, L),
-             scalar<uint32_t>("llama.feed_forward_length", GGUF_TYPE_UINT32, FF),
-             scalar<uint32_t>("llama.attention.head_count", GGUF_TYPE_UINT32, H),
-             scalar<uint32_t>("llama.attention.head_count_kv", GGUF_TYPE_UINT32, HKV),
-             scalar<uint32_t>("llama.rope.dimension_count", GGUF_TYPE_UINT32, HD),
-             scalar<float>("llama.rope.freq_base", GGUF_TYPE_FLOAT32, 10000.0f),
-             scalar<float>("llama.attention.layer_norm_rms_epsilon", GGUF_TYPE_FLOAT32, 1e-5f),
-             str_kv("pinfer.ffn_act", "relu"),
-             str_kv("tokenizer.ggml.model", "llama"),
-             str_arr("tokenizer.ggml.tokens", tokens),
-             num_arr<float>("tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores),
-             num_arr<int32_t>("tokenizer.ggml.token_type", GGUF_TYPE_INT32, types),
-             scalar<uint32_t>("tokenizer.ggml.bos_token_id", GGUF_TYPE_UINT32, 1),
-             scalar<uint32_t>("tokenizer.ggml.eos_token_id", GGUF_TYPE_UINT32, 2),
-             str_kv("tokenizer.chat_template", "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}")};
-    std::minstd_rand rng(1);
+    auto u32 = [&](const std::string &k, uint32_t v) { f.kvs.push_back(scalar<uint32_t>(k.c_str(), GGUF_TYPE_UINT32, v)); };
+    auto f32 = [&](const std::string &k, float v) { f.kvs.push_back(scalar<float>(k.c_str(), GGUF_TYPE_FLOAT32, v)); };
+    f.kvs.push_back(str_kv("general.architecture", arch));
+    u32(a + "context_length", 64);
+    u32(a + "embedding_length", E);
+    u32(a + "block_count", L);
+    u32(a + "feed_forward_length", FF);
+    u32(a + "attention.head_count", H);
+    u32(a + "attention.head_count_kv", HKV);
+    u32(a + "rope.dimension_count", HD);
+    f32(a + "rope.freq_base", 10000.0f);
+    f32(a + (kind == SEED_FALCON ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon"), 1e-5f);
+    if (kind == SEED_LLAMA_RELU || kind == SEED_LLAMA_PREDICTOR || kind == SEED_FALCON)
+        f.kvs.push_back(str_kv("pinfer.ffn_act", "relu"));
+    if (kind == SEED_LLAMA_PREDICTOR) f32("pinfer.sparse.threshold", 0.0f);
+    if (kind == SEED_LLAMA_THRESHOLD)
+        f.kvs.push_back(num_arr<float>("pinfer.sparse.act_thresholds", GGUF_TYPE_FLOAT32, std::vector<float>(L, 0.1f)));
+    f.kvs.push_back(str_kv("tokenizer.ggml.model", "llama"));
+    f.kvs.push_back(str_arr("tokenizer.ggml.tokens", tokens));
+    f.kvs.push_back(num_arr<float>("tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores));
+    f.kvs.push_back(num_arr<int32_t>("tokenizer.ggml.token_type", GGUF_TYPE_INT32, types));
+    u32("tokenizer.ggml.bos_token_id", 1);
+    u32("tokenizer.ggml.eos_token_id", 2);
+    f.kvs.push_back(str_kv("tokenizer.chat_template",
+                           "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"));
+
+    std::minstd_rand rng(1 + kind);
     const float w = 0.35f;
-    f.tensors.push_back(f32_tensor("token_embd.weight", {E, V}, rng, 0, 1));
+    const int KV = HD * HKV;
+    auto t = [&](const std::string &name, std::vector<int64_t> ne, float base, float scale) {
+        f.tensors.push_back(f32_tensor(name, ne, rng, base, scale));
+    };
+    t("token_embd.weight", {E, V}, 0, 1);
     for (int il = 0; il < L; il++) {
         const std::string p = "blk." + std::to_string(il) + ".";
-        f.tensors.push_back(f32_tensor(p + "attn_norm.weight", {E}, rng, 1, 0.1f));
-        f.tensors.push_back(f32_tensor(p + "attn_q.weight", {E, E}, rng, 0, w));
-        f.tensors.push_back(f32_tensor(p + "attn_k.weight", {E, HD * HKV}, rng, 0, w));
-        f.tensors.push_back(f32_tensor(p + "attn_v.weight", {E, HD * HKV}, rng, 0, w));
-        f.tensors.push_back(f32_tensor(p + "attn_output.weight", {E, E}, rng, 0, w));
-        f.tensors.push_back(f32_tensor(p + "ffn_norm.weight", {E}, rng, 1, 0.1f));
-        f.tensors.push_back(f32_tensor(p + "ffn_gate.weight", {E, FF}, rng, 0, w));
-        f.tensors.push_back(f32_tensor(p + "ffn_up.weight", {E, FF}, rng, 0, w));
-        f.tensors.push_back(f32_tensor(p + "ffn_down.weight", {FF, E}, rng, 0, 0.25f));
+        t(p + "attn_norm.weight", {E}, 1, 0.1f);
+        if (kind == SEED_FALCON) {
+            t(p + "attn_norm.bias", {E}, 0, 0.1f);
+            t(p + "attn_qkv.weight", {E, E + 2 * KV}, 0, w);
+        } else {
+            t(p + "attn_q.weight", {E, E}, 0, w);
+            t(p + "attn_k.weight", {E, KV}, 0, w);
+            t(p + "attn_v.weight", {E, KV}, 0, w);
+            if (kind == SEED_QWEN2) {
+                t(p + "attn_q.bias", {E}, 0, 0.1f);
+                t(p + "attn_k.bias", {KV}, 0, 0.1f);
+                t(p + "attn_v.bias", {KV}, 0, 0.1f);
+            }
+            t(p + "ffn_norm.weight", {E}, 1, 0.1f);
+            t(p + "ffn_gate.weight", {E, FF}, 0, w);
+        }
+        t(p + "attn_output.weight", {E, E}, 0, w);
+        t(p + "ffn_up.weight", {E, FF}, 0, w);
+        t(p + "ffn_down.weight", {FF, E}, 0, 0.25f);
+        if (kind == SEED_LLAMA_PREDICTOR) {
+            t(p + "fc1.weight", {E, 4}, 0, w);
+            t(p + "fc2.weight", {4, FF}, 0, w);
+            t(p + "ffn_down_t.weight", {E, FF}, 0, 0.25f);
+        }
     }
-    f.tensors.push_back(f32_tensor("output_norm.weight", {E}, rng, 1, 0.1f));
-    f.tensors.push_back(f32_tensor("output.weight", {E, V}, rng, 0, w));
+    t("output_norm.weight", {E}, 1, 0.1f);
+    if (kind == SEED_FALCON) t("output_norm.bias", {E}, 0, 0.1f);
+    t("output.weight", {E, V}, 0, w);
     return f;
 }
 
@@ -483,11 +519,11 @@ extern "C" size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max
     file f;
     mutator m(seed);
     // anything unparseable, and now and then anything at all, restarts from the valid model
-    if (m.u(4) == 0 || !parse(data, size, f)) f = seed_model();
+    if (m.u(4) == 0 || !parse(data, size, f)) f = seed_model((int)m.u(SEED_COUNT));
     m.mutate(f);
     const std::vector<uint8_t> out = serialize(f);
     if (out.size() > max_size) {  // too big for the fuzzer's buffer: hand back the seed
-        const std::vector<uint8_t> s = serialize(seed_model());
+        const std::vector<uint8_t> s = serialize(seed_model(SEED_LLAMA_RELU));
         if (s.size() > max_size) return 0;
         memcpy(data, s.data(), s.size());
         return s.size();
