@@ -109,6 +109,10 @@ static std::unique_ptr<llama_vocab> load_vocab(const model_loader &ml) {
     p.scores = ml.get_f32_array("tokenizer.ggml.scores");
     p.types = ml.get_i32_array("tokenizer.ggml.token_type");
     p.merges = ml.get_str_array("tokenizer.ggml.merges");
+    // without merges a byte-level BPE splits every word into single bytes: a broken file
+    if (p.model == "gpt2" && p.merges.empty())
+        throw std::runtime_error("model metadata key 'tokenizer.ggml.merges' is missing or empty: a byte-level BPE "
+                                 "(gpt2) vocabulary needs its merges");
     auto id = [&](const char *key) { return (int32_t)ml.get_int_in(std::string("tokenizer.ggml.") + key, -1, INT32_MAX, -1); };
     p.bos = id("bos_token_id");
     p.eos = id("eos_token_id");

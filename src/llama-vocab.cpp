@@ -82,8 +82,6 @@ llama_vocab::llama_vocab(vocab_params p) : params_(std::move(p)) {
     if (params_.model == "gpt2") {
         kind_ = kind::bpe;
         if (!parse_pre(params_.pre, pretok_, ignore_merges_)) fail("unknown pre-tokenizer '" + params_.pre + "'");
-        // without merges every word falls apart into single bytes: a broken file, not a tokenizer
-        if (params_.merges.empty()) fail("the byte-level BPE (gpt2) tokenizer has no merges (tokenizer.ggml.merges)");
         for (int b = 0; b < 256; ++b) byte_token_[b] = text_to_token(byte_to_unicode(uint8_t(b)));
         merges_.reserve(params_.merges.size());
         for (size_t r = 0; r < params_.merges.size(); ++r) {
