@@ -252,6 +252,20 @@ def test_non_finite_norm_weights_are_named(tmp_path, bad):
     assert "blk.1.ffn_norm.weight" in msg and "element 5" in msg, msg
 
 
+@pytest.mark.parametrize("bad,word", [(float("nan"), "nan at element 9"), (-0.5, "negative frequency at element 9")])
+def test_bad_activation_frequencies_are_named(tmp_path, bad, word):
+    freq = {f"blk.{i}.ffn_freq": np.linspace(1, 0, F).astype(np.float32) for i in range(L)}
+    freq["blk.1.ffn_freq"][9] = bad
+    msg = load_error(write(tmp_path / "f.gguf", tensors=freq))
+    assert "blk.1.ffn_freq" in msg and word in msg, msg
+
+
+def test_valid_activation_frequencies_load(tmp_path):
+    freq = {f"blk.{i}.ffn_freq": np.linspace(1, 0, F).astype(np.float32) for i in range(L)}
+    llm = Llama(write(tmp_path / "f.gguf", tensors=freq), n_ctx=32, n_threads=1)
+    assert "freq" in llm.model.desc
+
+
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 def test_non_finite_matrix_weights_stop_the_decode(tmp_path, bad):
     """Large matrices are not scanned at load; the non-finite logits they cause are an error."""

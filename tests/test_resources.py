@@ -62,6 +62,13 @@ def test_cli_caps_threads_with_a_notice(model):
     assert f"1024 threads requested, but only {cores()}" in r.stderr.decode()
 
 
+def test_quantize_caps_threads_with_a_notice(model, tmp_path):
+    r = subprocess.run([find_tool("pinfer-quantize"), model, str(tmp_path / "q.gguf"), "q8_0", "--threads", "4096"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert f"4096 threads requested, but only {cores()}" in r.stderr
+
+
 def threads_of(pid):
     with open(f"/proc/{pid}/status") as f:
         return int(next(line for line in f if line.startswith("Threads:")).split()[1])
