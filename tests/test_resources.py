@@ -177,3 +177,14 @@ def test_python_argument_errors_name_the_argument(llm, call, exc, word):
 def test_constructor_argument_errors(model, kw, exc, word):
     with pytest.raises(exc, match=word):
         Llama(model, **kw)
+
+
+@pytest.mark.parametrize("type_id", [2048, -1, 40, 2**31 - 1])
+def test_gguf_writer_refuses_unknown_tensor_types(type_id):
+    import numpy as np
+
+    from pinfer import _core
+
+    w = _core.GGUFWriter()
+    with pytest.raises(ValueError, match=f"unknown tensor type id {type_id}"):
+        w.add_tensor("x", np.zeros(4, np.float32), type_id, [4])
