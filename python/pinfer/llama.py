@@ -83,7 +83,7 @@ class Llama:
         model_path: path to a GGUF file; None uses the default model
             (``$PINFER_DEFAULT_MODEL``) or raises ValueError.
         n_ctx: context size in tokens (0: the model's training context, capped at 4096).
-        n_threads: worker threads (None: all cores).
+        n_threads: worker threads (None: all cores; more than the cores are cut to them, with a notice).
         n_batch: maximum tokens per evaluation batch during prompt processing.
         seed: RNG seed; the default draws a random one. With a fixed seed, the same
             sequence of calls gives the same outputs.
