@@ -1,33 +1,35 @@
 // The llama architecture (also Mistral, SmolLM2, ReluLLaMA/ProSparse, Bamboo):
 // pre-norm RMSNorm blocks, RoPE, grouped-query attention, gated FFN. qwen2
 // (arch-qwen2.cpp) is the same block with q/k/v biases and NeoX RoPE.
+#include <algorithm>
 #include <stdexcept>
 
 #include "llama-graph.h"
 #include "llama-kv-cache.h"
 #include "llama-model-loader.h"
 #include "llama-model.h"
+#include "llama-model-validate.h"
 #include "arch-llama.h"
 
 namespace pinfer {
 
 void llama_like_hparams(const model_loader &ml, hparams &hp, float default_eps, int rope_mode) {
     const std::string a = hp.arch + ".";
-    hp.n_ctx_train = (uint32_t)ml.get_int(a + "context_length");
-    hp.n_embd = (uint32_t)ml.get_int(a + "embedding_length");
-    hp.n_layer = (uint32_t)ml.get_int(a + "block_count");
-    hp.n_ff = (uint32_t)ml.get_int(a + "feed_forward_length");
-    hp.n_head = (uint32_t)ml.get_int(a + "attention.head_count");
-    hp.n_head_kv = (uint32_t)ml.get_int(a + "attention.head_count_kv", hp.n_head);
-    if (hp.n_head == 0 || hp.n_embd % hp.n_head) throw std::runtime_error("n_embd is not a multiple of head_count");
-    if (hp.n_head_kv == 0 || hp.n_head % hp.n_head_kv) throw std::runtime_error("head_count is not a multiple of head_count_kv");
-    hp.head_dim = (uint32_t)ml.get_int(a + "attention.key_length", hp.n_embd / hp.n_head);
-    hp.n_rot = (uint32_t)ml.get_int(a + "rope.dimension_count", hp.head_dim);
-    hp.norm_eps = ml.get_float(a + "attention.layer_norm_rms_epsilon", default_eps);
-    hp.rope_freq_base = ml.get_float(a + "rope.freq_base", 10000.0f);
+    using L = hparam_limits;
+    hp.n_ctx_train = (uint32_t)ml.get_int_in(a + "context_length", 0, L::max_ctx);
+    hp.n_embd = (uint32_t)ml.get_int_in(a + "embedding_length", 1, L::max_embd);
+    hp.n_layer = (uint32_t)ml.get_int_in(a + "block_count", 1, L::max_layers);
+    hp.n_ff = (uint32_t)ml.get_int_in(a + "feed_forward_length", 1, L::max_ff);
+    hp.n_head = (uint32_t)ml.get_int_in(a + "attention.head_count", 1, L::max_heads);
+    hp.n_head_kv = (uint32_t)ml.get_int_in(a + "attention.head_count_kv", 1, L::max_heads, hp.n_head);
+    hp.head_dim = (uint32_t)ml.get_int_in(a + "attention.key_length", 1, L::max_head_dim,
+                                          std::max<uint32_t>(1, hp.n_embd / hp.n_head));
+    hp.n_rot = (uint32_t)ml.get_int_in(a + "rope.dimension_count", 0, L::max_head_dim, hp.head_dim);
+    hp.norm_eps = ml.get_float_in(a + "attention.layer_norm_rms_epsilon", 0.0f, L::max_eps, default_eps);
+    hp.rope_freq_base = ml.get_float_in(a + "rope.freq_base", 0.0f, L::max_rope_base, 10000.0f);
     const std::string scaling = ml.get_str(a + "rope.scaling.type", "none");
     if (scaling == "linear") {
-        hp.rope_freq_scale = 1.0f / ml.get_float(a + "rope.scaling.factor", 1.0f);
+        hp.rope_freq_scale = 1.0f / ml.get_float_in(a + "rope.scaling.factor", 0.0f, L::max_rope_factor, 1.0f);
     } else if (scaling != "none") {
         throw std::runtime_error("unsupported rope scaling type '" + scaling + "'");
     }

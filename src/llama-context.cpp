@@ -1,4 +1,6 @@
 #include "llama-context.h"
+#include "llama-model-validate.h"
+#include "llama-threads.h"
 
 #include "ggml-backend-sim.h"
 
@@ -27,7 +29,7 @@ context::context(const model &m, context_params p) : model_(m), params_(p) {
     ffn_.verify = p.sparse_verify;
     ffn_.observe = p.ffn_observe;
     if (params_.n_batch == 0) params_.n_batch = 512;
-    if (params_.n_threads <= 0) params_.n_threads = (int)std::max(1u, std::thread::hardware_concurrency());
+    params_.n_threads = pick_n_threads(params_.n_threads, "pinfer");
 
     // The device and its layer plan, decided before anything is allocated for it.
     if (p.device != "cpu" && p.device != "sim")
@@ -139,6 +141,7 @@ void context::decode(const int32_t *tokens, int n, bool all_logits) {
         const int n_out = all_logits ? nb : (last ? 1 : 0);
         float *out = all_logits ? logits_.data() + (size_t)done * n_vocab : logits_.data();
         decode_batch(tokens + done, nb, n_out, out, *kv_, &ffn_);
+        check_logits_finite(out, (size_t)n_out * n_vocab);  // NaN/Inf weights show here, not as garbage text
         if (kv_dense_) {  // verify: the same batch through the dense graph, compared row by row
             logits_dense_.resize((size_t)std::max(n_out, 1) * n_vocab);
             decode_batch(tokens + done, nb, n_out, logits_dense_.data(), *kv_dense_, nullptr);

@@ -2,6 +2,7 @@
 
 #include "ggml-backend.h"
 
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
@@ -53,6 +54,29 @@ int64_t model_loader::get_int(const std::string &key) const {
 
 int64_t model_loader::get_int(const std::string &key, int64_t fallback) const {
     return has_key(key) ? get_int(key) : fallback;
+}
+
+int64_t model_loader::get_int_in(const std::string &key, int64_t lo, int64_t hi) const {
+    const int64_t v = get_int(key);
+    if (v < lo || v > hi)
+        throw err("model metadata key '" + key + "' is " + std::to_string(v) + " (expected " + std::to_string(lo) +
+                  ".." + std::to_string(hi) + ")");
+    return v;
+}
+
+int64_t model_loader::get_int_in(const std::string &key, int64_t lo, int64_t hi, int64_t fallback) const {
+    return has_key(key) ? get_int_in(key, lo, hi) : fallback;
+}
+
+float model_loader::get_float_in(const std::string &key, float lo, float hi, float fallback) const {
+    if (!has_key(key)) return fallback;
+    const float v = get_float(key);
+    if (!(v > lo && v <= hi)) {  // also false for NaN
+        char msg[96];
+        snprintf(msg, sizeof msg, "' is %g (expected a finite number in (%g, %g])", v, lo, hi);
+        throw err("model metadata key '" + key + msg);
+    }
+    return v;
 }
 
 float model_loader::get_float(const std::string &key) const {

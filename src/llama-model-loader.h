@@ -29,6 +29,12 @@ public:
     int64_t get_int(const std::string &key, int64_t fallback) const;
     float get_float(const std::string &key, float fallback) const;  // f32/f64/int accepted
     float get_float(const std::string &key) const;
+    // Checked forms for values that size allocations or loops: an integer in
+    // [lo, hi], a float that is finite and in (lo, hi]; otherwise an error
+    // naming the key, its value and the range (before anything is allocated).
+    int64_t get_int_in(const std::string &key, int64_t lo, int64_t hi) const;
+    int64_t get_int_in(const std::string &key, int64_t lo, int64_t hi, int64_t fallback) const;
+    float get_float_in(const std::string &key, float lo, float hi, float fallback) const;
     bool get_bool(const std::string &key, bool fallback) const;
     std::string get_str(const std::string &key) const;
     std::string get_str(const std::string &key, const std::string &fallback) const;

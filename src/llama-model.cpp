@@ -1,10 +1,12 @@
 #include "llama-model.h"
 
 #include <chrono>
+#include <climits>
 #include <cstring>
 #include <stdexcept>
 
 #include "llama-model-loader.h"
+#include "llama-model-validate.h"
 #include "llama-sparse-meta.h"
 #include "llama-vocab.h"
 #include "llama-weight-pages.h"
@@ -109,7 +111,11 @@ static std::unique_ptr<llama_vocab> load_vocab(const model_loader &ml) {
     p.scores = ml.get_f32_array("tokenizer.ggml.scores");
     p.types = ml.get_i32_array("tokenizer.ggml.token_type");
     p.merges = ml.get_str_array("tokenizer.ggml.merges");
-    auto id = [&](const char *key) { return (int32_t)ml.get_int(std::string("tokenizer.ggml.") + key, -1); };
+    // without merges a byte-level BPE splits every word into single bytes: a broken file
+    if (p.model == "gpt2" && p.merges.empty())
+        throw std::runtime_error("model metadata key 'tokenizer.ggml.merges' is missing or empty: a byte-level BPE "
+                                 "(gpt2) vocabulary needs its merges");
+    auto id = [&](const char *key) { return (int32_t)ml.get_int_in(std::string("tokenizer.ggml.") + key, -1, INT32_MAX, -1); };
     p.bos = id("bos_token_id");
     p.eos = id("eos_token_id");
     p.unk = id("unknown_token_id");
@@ -140,6 +146,7 @@ std::unique_ptr<model> load_model(const std::string &path) {
     m->arch->load_hparams(ml, m->hp);
     const std::string act = ml.get_str("pinfer.ffn_act", ffn_act_name(m->hp.act));
     if (!ffn_act_from_name(act, &m->hp.act)) throw std::runtime_error("unknown FFN activation '" + act + "' in pinfer.ffn_act");
+    validate_hparams(ml, m->hp);  // before anything is sized by them
 
     prepare_sparse_tensors(ml, m->hp);  // PowerInfer files: rebuild ffn_down from ffn_down_t
     m->vocab = load_vocab(ml);
@@ -159,6 +166,7 @@ std::unique_ptr<model> load_model(const std::string &path) {
               (name.empty() ? "" : " (" + name + ")") + ", " + std::to_string(m->n_params / 1000000) + "M params, " +
               std::to_string(m->n_bytes >> 20) + " MiB, ffn " + ffn_act_name(m->hp.act);
     load_sparse_meta(ml, *m);  // predictors, down_t, freqs, thresholds, placements
+    validate_model(*m);
     m->t_load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return m;
 }

@@ -188,7 +188,9 @@ int32_t pinfer_model_gpu_neurons(const pinfer_model *model, int32_t il, int32_t 
 int32_t pinfer_tokenize(const pinfer_model *model, const char *text, int32_t text_len, pinfer_token *tokens,
                         int32_t n_max, bool add_special, bool parse_special) {
     return guarded<>(INT32_MIN, [&] {
-        const std::string s(text, text_len < 0 ? strlen(text) : (size_t)text_len);
+        if (!model || (!text && text_len != 0) || (n_max > 0 && !tokens))
+            throw std::invalid_argument("pinfer_tokenize: NULL argument");
+        const std::string s(text ? text : "", text_len < 0 ? strlen(text) : (size_t)text_len);
         const std::vector<int32_t> ids = model->m->vocab->tokenize(s, add_special, parse_special);
         if ((int64_t)ids.size() > INT32_MAX) throw std::runtime_error("text too long");
         const int32_t n = (int32_t)ids.size();
@@ -200,6 +202,10 @@ int32_t pinfer_tokenize(const pinfer_model *model, const char *text, int32_t tex
 
 int32_t pinfer_token_to_piece(const pinfer_model *model, pinfer_token token, char *buf, int32_t len, bool special) {
     return guarded<>(INT32_MIN, [&] {
+        if (!model || (len > 0 && !buf)) throw std::invalid_argument("pinfer_token_to_piece: NULL argument");
+        if (token < 0 || token >= (pinfer_token)model->m->hp.n_vocab)
+            throw std::invalid_argument("token id " + std::to_string(token) + " out of range [0, " +
+                                        std::to_string(model->m->hp.n_vocab) + ")");
         const std::string &p = model->m->vocab->token_to_piece(token, special);
         const int32_t n = (int32_t)p.size();
         if (n > len) return -n;
@@ -215,8 +221,14 @@ bool pinfer_token_is_eog(const pinfer_model *model, pinfer_token token) { return
 int32_t pinfer_chat_apply_template(const pinfer_model *model, const char *tmpl, const pinfer_chat_message *msgs,
                                    size_t n_msgs, bool add_generation_prompt, char *buf, int32_t len) {
     return guarded<>(INT32_MIN, [&] {
+        if (!model || (n_msgs && !msgs) || (len > 0 && !buf))
+            throw std::invalid_argument("pinfer_chat_apply_template: NULL argument");
         std::vector<pinfer::chat_message> chat;
-        for (size_t i = 0; i < n_msgs; i++) chat.push_back({msgs[i].role, msgs[i].content});
+        for (size_t i = 0; i < n_msgs; i++) {
+            if (!msgs[i].role || !msgs[i].content)
+                throw std::invalid_argument("pinfer_chat_apply_template: message " + std::to_string(i) + " has a NULL role or content");
+            chat.push_back({msgs[i].role, msgs[i].content});
+        }
         const std::string t = tmpl ? std::string(tmpl) : model->m->chat_template;
         const pinfer::llama_vocab &v = *model->m->vocab;
         const std::string bos = v.bos() >= 0 ? v.token_text(v.bos()) : "";
@@ -268,6 +280,7 @@ int32_t pinfer_precision_from_name(const char *name) {
 
 pinfer_context *pinfer_context_new(pinfer_model *model, pinfer_context_params params) {
     return guarded<>((pinfer_context *)nullptr, [&] {
+        if (!model) throw std::invalid_argument("pinfer_context_new: NULL model");
         if (params.type_kv != GGML_TYPE_F16 && params.type_kv != GGML_TYPE_F32)
             throw std::invalid_argument("KV cache type must be F16 (1) or F32 (0)");
         pinfer::context_params p;
@@ -366,6 +379,7 @@ void pinfer_reset_transfer_stats(pinfer_context *ctx) {
 
 int32_t pinfer_decode(pinfer_context *ctx, const pinfer_token *tokens, int32_t n, bool all_logits) {
     return guarded<>(-1, [&] {
+        if (!ctx || (n > 0 && !tokens)) throw std::invalid_argument("pinfer_decode: NULL argument");
         ctx->c->decode(tokens, n, all_logits);
         return 0;
     });

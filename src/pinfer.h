@@ -111,7 +111,7 @@ int32_t pinfer_chat_apply_template(const struct pinfer_model *model, const char 
 struct pinfer_context_params {
     uint32_t n_ctx;      // 0: the model's training context (capped at 4096)
     uint32_t n_batch;    // max tokens per decode call for prompt processing
-    int32_t n_threads;   // <= 0: number of cores
+    int32_t n_threads;   // <= 0: number of cores; more is cut to the cores (a notice on stderr)
     int32_t type_kv;     // KV cache element type: 1 = F16 (default), 0 = F32
     int32_t sparse_mode; // PINFER_SPARSE_*: off (default), exact, predictor, threshold, auto
     uint32_t sparse_flags;  // PINFER_SPARSE_FLAG_* (statistics; they cost time)

@@ -292,14 +292,23 @@ def test_writer_failure_leaves_nothing(tmp_path):
     w.add_tensor("x", np.zeros(4, np.float32), int(QT.F32))
     with pytest.raises(OSError, match="cannot create"):
         w.write(str(tmp_path / "no" / "such" / "dir" / "f.gguf"))
-    # The temp file is written in full, then rename onto a directory fails.
+    # A directory at the path is refused before any temp file exists.
     target = tmp_path / "adir"
     target.mkdir()
     (target / "keep").write_text("x")
-    with pytest.raises(OSError, match="cannot write"):
+    with pytest.raises(OSError, match="is a directory"):
         w.write(str(target))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["adir"]
     assert [p.name for p in target.iterdir()] == ["keep"]
+    # A write that fails part way (the file size limit, in a child process) removes its temp file.
+    code = ("import resource, signal, sys, numpy as np; sys.path.insert(0, %r); import conftest; "
+            "from pinfer import _core; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY)); "
+            "w = _core.GGUFWriter(); w.add_tensor('x', np.zeros(65536, np.float32), 0); w.write(sys.argv[1])"
+            % os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "big.gguf")], capture_output=True, text=True)
+    assert r.returncode != 0 and "cannot write" in r.stderr and "File too large" in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir"]
     # A good write replaces an existing file.
     f = tmp_path / "f.gguf"
     f.write_bytes(b"old")

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "pinfer.h"
@@ -318,13 +319,31 @@ std::string api_error(const std::string &what) {
     return what + (e && *e ? std::string(": ") + e : std::string());
 }
 
+// A prompt file: a regular file (or a pipe/device, read up to the cap), never
+// a directory, and at most 64 MiB (far beyond any context: -f /dev/zero must
+// not read until memory runs out).
+constexpr size_t k_max_prompt_bytes = 64u << 20;
+
 std::string read_file(const std::string &path) {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) throw run_error{"cannot read prompt file '" + path + "': " + strerror(errno)};
+    if (S_ISDIR(st.st_mode)) throw run_error{"prompt file '" + path + "' is a directory"};
+    if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > k_max_prompt_bytes)
+        throw run_error{"prompt file '" + path + "' is " + std::to_string(st.st_size >> 20) + " MiB; the limit is " +
+                        std::to_string(k_max_prompt_bytes >> 20) + " MiB"};
     std::ifstream f(path, std::ios::binary);
     if (!f) throw run_error{"cannot read prompt file '" + path + "': " + strerror(errno)};
-    std::ostringstream ss;
-    ss << f.rdbuf();
+    std::string out;
+    char buf[1 << 16];
+    while (f) {
+        f.read(buf, sizeof buf);
+        out.append(buf, (size_t)f.gcount());
+        if (out.size() > k_max_prompt_bytes)
+            throw run_error{"prompt file '" + path + "' holds more than " + std::to_string(k_max_prompt_bytes >> 20) +
+                            " MiB; the limit is " + std::to_string(k_max_prompt_bytes >> 20) + " MiB"};
+    }
     if (f.bad()) throw run_error{"error reading prompt file '" + path + "'"};
-    return ss.str();
+    return out;
 }
 
 double now_ms() {

@@ -36,8 +36,11 @@
 // Metadata (tokenizer included) is carried over in order; general.file_type
 // is set to the llama.cpp file-type id of TYPE, general.quantization_version
 // to 2 when the output holds quantized tensors. The output is written to a
-// temporary file and renamed into place, so a failure leaves no file behind.
-// All converted tensors are held in memory until the file is written.
+// temporary file and renamed into place, so a failure leaves no file behind;
+// SIGINT, SIGTERM and SIGHUP remove it too. The output must be absent or a
+// regular file (never a device, FIFO, directory or symbolic link) and not the
+// input. All converted tensors are held in memory until the file is written.
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -50,6 +53,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -57,6 +61,7 @@
 
 #include "ggml-cpu.h"
 #include "gguf.h"
+#include "llama-threads.h"
 
 namespace {
 
@@ -266,7 +271,10 @@ void parallel_rows(int64_t nrows, int64_t row_elems, int n_threads, F fn) {
         }
     };
     std::vector<std::thread> th;
-    for (int i = 1; i < nt; i++) th.emplace_back(work, i);
+    try {
+        for (int i = 1; i < nt; i++) th.emplace_back(work, i);
+    } catch (const std::system_error &) {  // a thread did not start: those that did share the work
+    }
     work(0);
     for (auto &t : th) t.join();
 }
@@ -354,7 +362,7 @@ options parse_args(int argc, char **argv) {
     o.in = pos[0];
     o.out = pos[1];
     o.type = pos[2];
-    if (o.n_threads <= 0) o.n_threads = (int)std::max(1u, std::thread::hardware_concurrency());
+    o.n_threads = pinfer::pick_n_threads(o.n_threads, "pinfer-quantize");
     return o;
 }
 
@@ -375,11 +383,14 @@ int run(const options &o) {
     const recipe *rc = find_recipe(o.type.c_str());
     if (!rc) throw fail{"unknown type '" + o.type + "'; valid types:\n" + recipe_list(), 2};
 
-    // Refuse to overwrite the input (also through another name or a link).
+    // Refuse to overwrite the input (also through another name or a link),
+    // and anything at the output path that is not a regular file: before the work.
     struct stat si, so;
     if (stat(o.in.c_str(), &si) != 0) throw fail{"cannot read '" + o.in + "': " + strerror(errno), 1};
     if (stat(o.out.c_str(), &so) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
         throw fail{"the output '" + o.out + "' is the input file; choose another output path", 1};
+    char perr[512];
+    if (gguf_check_output_path(o.out.c_str(), perr, sizeof perr) != 0) throw fail{perr, 1};
 
     char err[512] = {0};
     std::unique_ptr<gguf_context, gguf_deleter> in(gguf_open(o.in.c_str(), err, sizeof err));
@@ -491,7 +502,15 @@ int run(const options &o) {
 
 }  // namespace
 
+// A killed run leaves no temporary file: remove it, then die of the signal.
+static void on_signal(int sig) {
+    gguf_writer_remove_partial();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 int main(int argc, char **argv) {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, on_signal);
     try {
         return run(parse_args(argc, argv));
     } catch (const fail &f) {

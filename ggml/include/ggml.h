@@ -347,7 +347,7 @@ size_t ggml_gallocr_buffer_size(const struct ggml_gallocr *a);
 // ---- execution ----
 struct ggml_threadpool;
 // n_threads workers (the calling thread is worker 0); threads persist until freed.
-struct ggml_threadpool *ggml_threadpool_new(int n_threads);
+struct ggml_threadpool *ggml_threadpool_new(int n_threads);  // NULL if a thread cannot be started (none is left running)
 void ggml_threadpool_free(struct ggml_threadpool *tp);
 int ggml_threadpool_n_threads(const struct ggml_threadpool *tp);
 // Computes all nodes of g in order; returns 0 on success. The work buffer is

@@ -126,7 +126,8 @@ const void *gguf_get_tensor_data(const struct gguf_context *ctx, int64_t i);
 // ---------------------------------------------------------------- writer
 //
 // Builds metadata and a tensor list, then writes path atomically: to
-// "path.tmp.XXXXXX", fsync, rename. On failure the temp file is removed.
+// "path.tmp.XXXXXX" (mode 0666 less the umask), fsync, rename. On failure the
+// temp file is removed.
 // Functions return 0 on success and -1 on error; gguf_writer_error() says why.
 // Keys keep their first insertion order; setting an existing key replaces its
 // value in place. A UINT32 "general.alignment" key sets the data alignment.
@@ -171,7 +172,16 @@ int gguf_writer_set_arr_str(struct gguf_writer *w, const char *key, const char *
 // size the type and shape imply.
 int gguf_writer_add_tensor(struct gguf_writer *w, const char *name, enum ggml_type type, int n_dims,
                            const int64_t *ne, const void *data, size_t nbytes);
+// Refuses (-1, a message in err) a path that exists and is not a regular
+// file: a directory, symbolic link, FIFO, socket or device is never replaced.
 int gguf_writer_write(struct gguf_writer *w, const char *path);
+
+// 0 if path may be written by gguf_writer_write (absent or a regular file),
+// else -1 with a message naming what it is.
+int gguf_check_output_path(const char *path, char *err, size_t errlen);
+// Removes the temporary file of a write in progress, if any. Async-signal-safe:
+// a tool's SIGINT/SIGTERM handler calls it so that a killed write leaves nothing.
+void gguf_writer_remove_partial(void);
 
 #ifdef __cplusplus
 }

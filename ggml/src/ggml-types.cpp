@@ -59,7 +59,10 @@ const ggml_type_traits *ggml_get_type_traits(ggml_type type) {
     return tr->supported ? tr : nullptr;
 }
 
-bool ggml_type_is_valid(int type) { return ggml_get_type_traits((ggml_type)type) != nullptr; }
+// range first: an int outside the enum's values may not even be cast to it (UBSan: invalid enum load)
+bool ggml_type_is_valid(int type) {
+    return type >= 0 && type < GGML_TYPE_COUNT && ggml_get_type_traits((ggml_type)type) != nullptr;
+}
 
 const char *ggml_type_name(ggml_type type) {
     const ggml_type_traits *tr = ggml_get_type_traits(type);

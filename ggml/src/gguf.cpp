@@ -8,6 +8,7 @@
 #include "gguf.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -853,9 +854,67 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, ggml_type type, int
     return 0;
 }
 
+// ---- output paths and the partial file ----
+
+int gguf_check_output_path(const char *path, char *err, size_t errlen) {
+    auto fail = [&](const std::string &msg) {
+        if (err && errlen) snprintf(err, errlen, "%s", msg.c_str());
+        return -1;
+    };
+    if (!path || !*path) return fail("empty output path");
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT) return 0;
+        return fail(fmt("cannot inspect %s: %s", path, strerror(errno)));
+    }
+    if (S_ISREG(st.st_mode)) return 0;
+    const char *kind = S_ISDIR(st.st_mode) ? "a directory" : S_ISLNK(st.st_mode) ? "a symbolic link"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISSOCK(st.st_mode) ? "a socket"
+                       : (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) ? "a device" : "not a regular file";
+    return fail(fmt("'%s' is %s; refusing to replace it (the output must be a regular file or absent)", path, kind));
+}
+
+// The temporary file being written, for gguf_writer_remove_partial (which a
+// signal handler may call): a fixed buffer, set and cleared around the write.
+static char g_partial[4096];
+static volatile sig_atomic_t g_partial_set = 0;
+
+void gguf_writer_remove_partial(void) {
+    if (g_partial_set) {
+        unlink(g_partial);
+        g_partial_set = 0;
+    }
+}
+
+// The permissions of any new file: 0666 less the umask. Read from
+// /proc/self/status where it can be (umask() itself would change it for
+// every thread for a moment).
+static mode_t new_file_mode() {
+    mode_t um = 022;
+    bool found = false;
+    if (FILE *f = fopen("/proc/self/status", "re")) {
+        char line[256];
+        unsigned v;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "Umask: %o", &v) == 1) {
+                um = (mode_t)v;
+                found = true;
+                break;
+            }
+        fclose(f);
+    }
+    if (!found) {
+        um = umask(022);
+        umask(um);
+    }
+    return 0666 & ~um;
+}
+
 int gguf_writer_write(gguf_writer *w, const char *path) {
     if (!w) return -1;
     if (!path) return w->fail("NULL path");
+    char perr[512];
+    if (gguf_check_output_path(path, perr, sizeof perr) != 0) return w->fail(perr);
     const size_t align = w->alignment;
     // Offsets: each tensor starts aligned, in insertion order.
     uint64_t off = 0;
@@ -865,9 +924,12 @@ int gguf_writer_write(gguf_writer *w, const char *path) {
     }
 
     std::string tmp = std::string(path) + ".tmp.XXXXXX";
+    if (tmp.size() >= sizeof g_partial) return w->fail(fmt("output path too long: %s", path));
     int fd = mkstemp(&tmp[0]);
     if (fd < 0) return w->fail(fmt("cannot create %s: %s", tmp.c_str(), strerror(errno)));
-    fchmod(fd, 0644);
+    memcpy(g_partial, tmp.c_str(), tmp.size() + 1);
+    g_partial_set = 1;
+    fchmod(fd, new_file_mode());
 
     out_file o(fd);
     o.put(GGUF_MAGIC, 4);
@@ -895,7 +957,13 @@ int gguf_writer_write(gguf_writer *w, const char *path) {
     int e = o.errnum;
     if (!e && fsync(fd) != 0) e = errno;
     if (close(fd) != 0 && !e) e = errno;
+    if (!e && gguf_check_output_path(path, perr, sizeof perr) != 0) {  // replaced meanwhile
+        g_partial_set = 0;
+        unlink(tmp.c_str());
+        return w->fail(perr);
+    }
     if (!e && rename(tmp.c_str(), path) != 0) e = errno;
+    g_partial_set = 0;
     if (e) {
         unlink(tmp.c_str());
         return w->fail(fmt("cannot write %s: %s", path, strerror(e)));

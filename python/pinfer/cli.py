@@ -78,7 +78,41 @@ def _quantize(args) -> int:
         cmd.append("--pure")
     sys.stdout.flush()
     sys.stderr.flush()
-    return subprocess.run(cmd).returncode  # the tool prints its own progress and errors
+    return run_child(cmd)  # the tool prints its own progress and errors
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the parent dies, even by SIGKILL
+    (Linux PR_SET_PDEATHSIG), so no orphan keeps writing the output."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, 15, 0, 0, 0)  # PR_SET_PDEATHSIG = 1, SIGTERM = 15
+        if os.getppid() == 1:  # the parent died before prctl took effect
+            os._exit(143)
+    except Exception:
+        pass
+
+
+def child_preexec():
+    return _die_with_parent if sys.platform.startswith("linux") else None
+
+
+def run_child(cmd: List[str]) -> int:
+    """Run a tool; an interrupted or terminated wrapper stops it (it removes
+    its own temporary file on SIGTERM) and waits for it before returning."""
+    p = subprocess.Popen(cmd, preexec_fn=child_preexec())
+    try:
+        return p.wait()
+    except BaseException:
+        p.terminate()
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        raise
 
 
 # ---------------------------------------------------------------- info
@@ -269,20 +303,64 @@ def _version() -> str:
         return "?"
 
 
+# Per command, the arguments that name files it writes and those it reads: an
+# output must be a regular file (or absent) and none of the inputs (outfile.py).
+FILE_ARGS = {
+    "convert": (("output",), ("hf_dir",)),
+    "quantize": (("output",), ("input",)),
+    "place": (("output", "plot"), ("model", "freq")),
+    "train-predictors": (("output", "report"), ("model", "gguf", "data")),
+    "calibrate": (("out",), ("model", "file")),
+    "solve": (("json", "plot", "write_gguf"), ("model", "freq", "hw")),
+    "profile": (("output",), ("model", "corpus")),
+}
+
+
+def _inputs_of(paths: List[str]) -> List[str]:
+    """Input paths, with the files of input directories (a model directory, a dump)."""
+    out = []
+    for p in paths:
+        if os.path.isdir(p):
+            out += [os.path.join(p, n) for n in os.listdir(p) if os.path.isfile(os.path.join(p, n))]
+        else:
+            out.append(p)
+    return out
+
+
+def check_file_args(args) -> None:
+    from .outfile import check_output
+
+    outs, ins = FILE_ARGS.get(args.command, ((), ()))
+    inputs = _inputs_of([getattr(args, a) for a in ins if isinstance(getattr(args, a, None), str)])
+    for a in outs:
+        v = getattr(args, a, None)
+        if isinstance(v, str):
+            check_output(v, inputs, what="--" + a.replace("_", "-") if a not in ("output",) else "output")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    from .outfile import Terminated, install_signal_handlers, restore_signal_handlers
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    old_handlers = install_signal_handlers()  # SIGTERM/SIGHUP clean up as Ctrl-C does
     try:
+        check_file_args(args)
         rc = args.func(args)
     except KeyboardInterrupt:
         print(f"pinfer {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Terminated as e:
+        print(f"pinfer {args.command}: terminated ({e})", file=sys.stderr)
+        return 128 + e.signum
     except (UserError, OSError, ValueError, RuntimeError, TypeError) as e:
         msg = str(e) or type(e).__name__
         if isinstance(e, OSError) and e.filename and e.strerror:
             msg = f"{e.filename}: {e.strerror}"
         print(f"pinfer {args.command}: error: {msg}", file=sys.stderr)
         return 1
+    finally:
+        restore_signal_handlers(old_handlers)
     return int(rc or 0)
 
 

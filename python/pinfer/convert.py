@@ -37,10 +37,11 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
+
+from .outfile import atomic_output, check_output
 
 TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
 # general.file_type values (llama.cpp's LLAMA_FTYPE_* numbering)
@@ -539,6 +540,7 @@ def convert(hf_dir: str, out_path: str, type: str = "f16", ffn_act: Optional[str
 
     if type not in TYPES:
         raise ConvertError(f"unknown --type '{type}' (supported: {', '.join(TYPES)})")
+    check_output(out_path, _input_files(hf_dir))  # before the work, not after it
     cfg_path = os.path.join(hf_dir, "config.json")
     if not os.path.isfile(cfg_path):
         raise ConvertError(f"{hf_dir}: no config.json (is this a Hugging Face model directory?)")
@@ -567,10 +569,7 @@ def convert(hf_dir: str, out_path: str, type: str = "f16", ffn_act: Optional[str
 
     from . import _core
 
-    out_dir = os.path.dirname(os.path.abspath(out_path))
-    fd, tmp = tempfile.mkstemp(prefix=".pinfer-convert-", suffix=".gguf.tmp", dir=out_dir)
-    os.close(fd)
-    try:
+    with atomic_output(out_path, inputs=_input_files(hf_dir)) as tmp:
         wr = gguf.GGUFWriter(tmp, arch)
         wr.add_name(name or os.path.basename(os.path.normpath(hf_dir)))
         wr.add_file_type(FILE_TYPES[type])
@@ -666,12 +665,16 @@ def convert(hf_dir: str, out_path: str, type: str = "f16", ffn_act: Optional[str
         if bar is not None:
             bar.close()
         wr.close()
-        os.replace(tmp, out_path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
     return out_path
+
+
+def _input_files(hf_dir: str) -> List[str]:
+    """The files of the model directory (config, weights, tokenizer): never an output."""
+    try:
+        names = os.listdir(hf_dir)
+    except OSError:
+        return []
+    return [os.path.join(hf_dir, n) for n in names if os.path.isfile(os.path.join(hf_dir, n))]
 
 
 # ---------------------------------------------------------------- CLI

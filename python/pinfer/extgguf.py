@@ -48,6 +48,8 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Uni
 
 import numpy as np
 
+from .outfile import atomic_output
+
 from . import _core
 
 KEY_NEURON_ORDER = "pinfer.neuron_order"
@@ -518,13 +520,8 @@ def write_gpuidx(path: str, gpu_sets: Sequence[Sequence[int]], n_ff: int, vram_c
         g[ids] = 1
         w.add_tensor(f"blk.{il}.gpu_idx", g, I32, [n_ff])
         w.add_tensor(f"blk.{il}.gpu_bucket", ids.astype(np.int32), I32, [int(ids.size)])
-    tmp = f"{path}.part"
-    w.write(tmp)
-    try:
+    with atomic_output(path) as tmp:
+        w.write(tmp)
         if magic != b"GGUF":
             set_magic(tmp, magic)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return path

@@ -22,6 +22,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _core
+from . import args as A
 
 __all__ = ["Llama"]
 
@@ -82,7 +83,7 @@ class Llama:
         model_path: path to a GGUF file; None uses the default model
             (``$PINFER_DEFAULT_MODEL``) or raises ValueError.
         n_ctx: context size in tokens (0: the model's training context, capped at 4096).
-        n_threads: worker threads (None: all cores).
+        n_threads: worker threads (None: all cores; more than the cores are cut to them, with a notice).
         n_batch: maximum tokens per evaluation batch during prompt processing.
         seed: RNG seed; the default draws a random one. With a fixed seed, the same
             sequence of calls gives the same outputs.
@@ -132,12 +133,12 @@ class Llama:
         if model_path is None:
             model_path = default_model_path()
         model_path = os.fspath(model_path)
-        if not isinstance(n_ctx, int) or n_ctx < 0:
-            raise ValueError(f"n_ctx must be a non-negative int, got {n_ctx!r}")
-        if not isinstance(n_batch, int) or n_batch < 1:
-            raise ValueError(f"n_batch must be a positive int, got {n_batch!r}")
-        if n_threads is not None and (not isinstance(n_threads, int) or n_threads < 1):
-            raise ValueError(f"n_threads must be a positive int or None, got {n_threads!r}")
+        n_ctx = A.as_int("n_ctx", n_ctx, 0, 1 << 24)
+        n_batch = A.as_int("n_batch", n_batch, 1)
+        if n_threads is not None:  # above the core count: capped by the context, with a notice
+            n_threads = A.as_int("n_threads", n_threads, 1)
+        if seed is not None:
+            seed = A.as_int("seed", seed, -1, 2**32 - 1)
         self.model_path = model_path
         self.verbose = verbose
         self._logits_all = bool(logits_all)
@@ -279,12 +280,12 @@ class Llama:
         add_bos: add the model's start tokens (BOS) where its tokenizer wants them.
         special: parse special-token text such as ``<|im_start|>`` as those tokens.
         """
-        return self.model.tokenize(text, add_bos, special)
+        return self.model.tokenize(A.as_utf8("text", text), bool(add_bos), bool(special))
 
     def detokenize(self, tokens: Sequence[int], prev_tokens: Optional[Sequence[int]] = None,
                    special: bool = False) -> bytes:
         """The bytes of ``tokens`` (special tokens as text only with ``special=True``)."""
-        return self.model.detokenize([int(t) for t in tokens], special)
+        return self.model.detokenize(A.as_token_ids("tokens", tokens, self.n_vocab()), bool(special))
 
     # ---- evaluation ----
 
@@ -299,7 +300,10 @@ class Llama:
         Afterwards :attr:`logits` holds the last token's logits (and :attr:`scores`
         every token's with ``logits_all=True``).
         """
-        toks64 = np.asarray(tokens, dtype=np.int64)
+        try:
+            toks64 = np.asarray(tokens, dtype=np.int64)
+        except OverflowError:
+            raise ValueError("eval(): a token id is out of range (too large for an int)") from None
         if toks64.ndim != 1 or toks64.size == 0:
             raise ValueError("eval() needs a non-empty 1-D sequence of token ids")
         n_vocab = self.n_vocab()
@@ -352,17 +356,21 @@ class Llama:
 
     def _tokenize_prompt(self, prompt: Prompt, special: bool = False, add_bos: bool = True) -> List[int]:
         if isinstance(prompt, (str, bytes)):
-            return self.tokenize(prompt, add_bos=add_bos, special=special)
-        toks = [int(t) for t in prompt]
-        n_vocab = self.n_vocab()
-        for t in toks:
-            if not 0 <= t < n_vocab:
-                raise ValueError(f"token id {t} is out of range [0, {n_vocab})")
-        return toks
+            return self.model.tokenize(A.as_utf8("prompt", prompt), bool(add_bos), bool(special))
+        return A.as_token_ids("prompt", prompt, self.n_vocab())
 
     def _make_sampler(self, temperature: float, top_k: int, top_p: float, min_p: float,
                       repeat_penalty: float, repeat_last_n: int, frequency_penalty: float,
                       presence_penalty: float, seed: Optional[int]) -> "_core.LlamaSampler":
+        temperature, top_p, min_p = (A.as_float(n, v) for n, v in
+                                     (("temperature", temperature), ("top_p", top_p), ("min_p", min_p)))
+        repeat_penalty, frequency_penalty, presence_penalty = (
+            A.as_float(n, v) for n, v in (("repeat_penalty", repeat_penalty), ("frequency_penalty", frequency_penalty),
+                                          ("presence_penalty", presence_penalty)))
+        top_k = A.as_int("top_k", top_k, -2**31)
+        repeat_last_n = A.as_int("repeat_last_n", repeat_last_n, -2**31)
+        if seed is not None:
+            seed = A.as_int("seed", seed, None, 2**32 - 1)
         if seed is None:
             # Each call draws the next seed from the instance's RNG, so a fixed
             # constructor seed makes a whole sequence of calls reproducible.
@@ -497,9 +505,9 @@ class Llama:
                     presence_penalty: float, repeat_penalty: float, top_k: int, stream: bool,
                     seed: Optional[int], repeat_last_n: int, special: bool, add_bos: bool):
         self.ctx  # raise now if closed, not on the first next() of a stream
-        if isinstance(stop, str):
-            stop = [stop]
-        stops = [s.encode("utf-8") for s in (stop or []) if s]
+        stops = [A.as_utf8("stop", s) for s in A.as_str_list("stop", stop) if s]
+        if max_tokens is not None:
+            max_tokens = A.as_int("max_tokens", max_tokens, None, None)
         prompt_tokens = self._tokenize_prompt(prompt, special=special, add_bos=add_bos)
         if not prompt_tokens:
             raise ValueError("the prompt is empty and the model adds no BOS token")
@@ -554,9 +562,11 @@ class Llama:
 
     def apply_chat_template(self, messages: Sequence[Dict[str, Any]], add_generation_prompt: bool = True,
                             chat_template: Optional[str] = None) -> str:
-        """Render messages with the model's Jinja chat template (``tokenizer.chat_template``)."""
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
+        """Render messages with the model's Jinja chat template (``tokenizer.chat_template``),
+        bounded in time, output size and memory (pinfer.chat_template)."""
         from jinja2.exceptions import TemplateError
+
+        from . import chat_template as ct
 
         template = chat_template or self.model.chat_template
         if not template:
@@ -568,18 +578,12 @@ class Llama:
         def strftime_now(fmt: str) -> str:
             return time.strftime(fmt)
 
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        env.globals["raise_exception"] = raise_exception
-        env.globals["strftime_now"] = strftime_now
         bos, eos = self.model.bos, self.model.eos
         bos_text = self.model.token_to_piece(bos, True).decode("utf-8", errors="replace") if bos >= 0 else ""
         eos_text = self.model.token_to_piece(eos, True).decode("utf-8", errors="replace") if eos >= 0 else ""
-        try:
-            return env.from_string(template).render(messages=list(messages), bos_token=bos_text,
-                                                    eos_token=eos_text,
-                                                    add_generation_prompt=add_generation_prompt)
-        except TemplateError as e:
-            raise ValueError(f"chat template error: {e}") from e
+        return ct.render(template, {"raise_exception": raise_exception, "strftime_now": strftime_now},
+                         messages=list(messages), bos_token=bos_text, eos_token=eos_text,
+                         add_generation_prompt=add_generation_prompt)
 
     def create_chat_completion(
         self,

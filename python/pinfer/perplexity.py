@@ -124,6 +124,8 @@ def perplexity_tokens(model, tokens: Sequence[int], n_ctx: int, stride: Optional
                 running = math.exp(float(np.concatenate(parts).mean()))
                 progress(w + 1, len(plan), running, total)
         nll = np.concatenate(parts)
+        if not np.isfinite(nll).all():  # a perplexity of nan or inf is no result
+            raise RuntimeError("the model's logits gave a non-finite log-likelihood")
         if stats is not None:
             stats.update(ctx.sparse_stats())
     finally:

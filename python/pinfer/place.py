@@ -45,6 +45,8 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from .outfile import atomic_output
+
 __all__ = ["place", "format_summary", "add_parser", "main"]
 
 
@@ -67,12 +69,12 @@ def _down_types(path: str) -> Dict[str, str]:
 
 
 def _quantize(src: str, dst: str, type_name: str, threads: Optional[int]) -> None:
-    from .cli import find_tool
+    from .cli import child_preexec, find_tool
 
     cmd = [find_tool("pinfer-quantize"), src, dst, type_name]
     if threads:
         cmd += ["--threads", str(threads)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=child_preexec())
     if r.returncode != 0:
         msg = (r.stderr or r.stdout).strip().splitlines()
         raise PlaceError(f"pinfer-quantize {type_name} failed: {msg[-1] if msg else 'exit ' + str(r.returncode)}")
@@ -185,7 +187,8 @@ def write_plot(inst, pls, path: str) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
+    with atomic_output(path, what="plot") as tmp:
+        fig.savefig(tmp, format="png")
     plt.close(fig)
 
 

@@ -52,6 +52,8 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from .outfile import atomic_output
+
 __all__ = ["PredictorError", "LayerReport", "load_dump", "initial_rank", "train_layer", "pick_threshold",
            "fold_thresholds", "train_predictors", "predict", "add_parser", "main"]
 
@@ -378,10 +380,9 @@ def train_predictors(model: Optional[str], data: str, out: str, base_gguf: str, 
            "layers": [asdict(x) for x in reports]}
     if report is None:
         report = (out[:-5] if out.endswith(".gguf") else out) + ".predictors.json"
-    tmp = report + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(rep, f, indent=1)
-    os.replace(tmp, report)
+    with atomic_output(report, what="report") as tmp:
+        with open(tmp, "w") as f:
+            json.dump(rep, f, indent=1)
     rep["report"] = report
     rep["_weights"] = weights  # torch weights as written (not in the JSON)
     rep["_heldout"] = [(inf["xho"], inf["yho"]) for inf in infos]

@@ -55,6 +55,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from .outfile import atomic_output
+
 __all__ = ["ProfileError", "ProfileResult", "profile", "load_stats", "coverage_share", "load_corpus",
            "add_parser", "main", "SUPPORTED"]
 
@@ -527,17 +529,16 @@ class _DumpWriter:
     def close(self, meta: dict):
         self._flush()
         meta = dict(meta, rows=self.rows, shards=self.shards, dtype=self.dtype.name, mask="packbits axis=1")
-        tmp = os.path.join(self.dir, "meta.json.tmp")
-        with open(tmp, "w") as f:
-            json.dump(meta, f, indent=1)
-        os.replace(tmp, os.path.join(self.dir, "meta.json"))
+        with atomic_output(os.path.join(self.dir, "meta.json")) as tmp:
+            with open(tmp, "w") as f:
+                json.dump(meta, f, indent=1)
 
 
 def _save_npz(path: str, arrays: dict) -> None:
-    """np.savez to a temp file, then rename (np.savez adds .npz to names without it)."""
-    tmp = path + ".part.npz"
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    """np.savez to a temp file, then rename (through a file object: np.savez
+    would add .npz to a name without it)."""
+    with atomic_output(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)
 
 
 def save_stats(path: str, res: ProfileResult) -> None:
@@ -609,7 +610,8 @@ def write_plots(res: ProfileResult, d: str) -> Dict[str, str]:
     ax.legend(fontsize=7)
     p1 = os.path.join(d, "freq_loglog.png")
     fig.tight_layout()
-    fig.savefig(p1, dpi=110)
+    with atomic_output(p1) as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
 
     cov = [coverage_share(f) for f in freqs]
@@ -621,11 +623,12 @@ def write_plots(res: ProfileResult, d: str) -> Dict[str, str]:
     ax.grid(True, axis="y", alpha=0.3)
     p2 = os.path.join(d, "coverage80.png")
     fig.tight_layout()
-    fig.savefig(p2, dpi=110)
+    with atomic_output(p2) as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
 
     p3 = os.path.join(d, "summary.json")
-    with open(p3, "w") as f:
+    with atomic_output(p3) as tmp, open(tmp, "w") as f:
         json.dump(summary(res), f, indent=1)
     return {"plot_loglog": p1, "plot_coverage": p2, "summary": p3}
 

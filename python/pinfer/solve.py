@@ -125,6 +125,8 @@ from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
+from .outfile import atomic_output
+
 GIB = float(1 << 30)
 KEY_PREFIX = "pinfer.placement"
 SOLVERS = ("highs-ilp", "greedy")
@@ -1164,7 +1166,8 @@ def plot(inst: Instance, placements: Sequence[Placement], path: str) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
+    with atomic_output(path, what="plot") as tmp:
+        fig.savefig(tmp, format="png")
     plt.close(fig)
 
 
@@ -1252,7 +1255,7 @@ def main(args) -> int:
                                      balance_slack_us=args.balance_slack_us))
         print(summary(inst, pls, grd if args.solver != "greedy" else None))
         if args.json:
-            with open(args.json, "w", encoding="utf-8") as fh:
+            with atomic_output(args.json, what="--json") as tmp, open(tmp, "w", encoding="utf-8") as fh:
                 json.dump(report(inst, pls, grd), fh, indent=1)
         if args.plot:
             plot(inst, pls, args.plot)

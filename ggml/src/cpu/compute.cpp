@@ -139,7 +139,12 @@ ggml_threadpool *ggml_threadpool_new(int n_threads) {
     if (n_threads < 1) n_threads = 1;
     ggml_threadpool *tp = new ggml_threadpool();
     tp->n_threads = n_threads;
-    for (int i = 1; i < n_threads; i++) tp->workers.emplace_back(worker_main, tp, i);
+    try {
+        for (int i = 1; i < n_threads; i++) tp->workers.emplace_back(worker_main, tp, i);
+    } catch (const std::exception &) {  // a thread did not start (EAGAIN): stop and join those that did
+        ggml_threadpool_free(tp);
+        return nullptr;
+    }
     return tp;
 }
 
@@ -207,6 +212,7 @@ int ggml_graph_compute(ggml_cgraph *g, ggml_threadpool *tp) {
 
 int ggml_graph_compute_with_threads(ggml_cgraph *g, int n_threads) {
     ggml_threadpool *tp = ggml_threadpool_new(n_threads);
+    if (!tp) return 4;  // threads could not be started
     int rc = ggml_graph_compute(g, tp);
     ggml_threadpool_free(tp);
     return rc;

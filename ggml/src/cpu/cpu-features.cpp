@@ -2,13 +2,27 @@
 // CPU, it never runs a wide instruction.
 #include "cpu-features.h"
 
+// clang before 16 knows no "f16c" name for __builtin_cpu_supports (a compile
+// error), so F16C is read from CPUID leaf 1 (ECX bit 29) there.
+#if defined(__x86_64__) || defined(_M_X64)
+#if defined(__clang__) && __clang_major__ < 16
+#include <cpuid.h>
+static bool has_f16c() {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#else
+static bool has_f16c() { return __builtin_cpu_supports("f16c"); }
+#endif
+#endif
+
 static ggml_cpu_features detect() {
     ggml_cpu_features f = {};
 #if defined(__x86_64__) || defined(_M_X64)
     __builtin_cpu_init();
     f.avx2 = __builtin_cpu_supports("avx2");
     f.fma = __builtin_cpu_supports("fma");
-    f.f16c = __builtin_cpu_supports("f16c");
+    f.f16c = has_f16c();
     f.bmi2 = __builtin_cpu_supports("bmi2");
     f.avx512f = __builtin_cpu_supports("avx512f");
     f.avx512bw = __builtin_cpu_supports("avx512bw");

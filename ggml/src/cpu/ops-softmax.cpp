@@ -23,17 +23,19 @@ constexpr int LANES = 8;
     abort();
 }
 
-// Row max over fixed lanes, combined in fixed order.
+// Row max over fixed lanes, combined in fixed order. A NaN wins, so that a
+// NaN row propagates instead of passing for a fully masked (all -inf) one.
+inline float max_nan(float a, float m) { return a > m || a != a ? a : m; }
 float row_max(const float *y, int64_t n) {
     float m[LANES];
     for (int k = 0; k < LANES; k++) m[k] = -INFINITY;
     int64_t i = 0;
     for (; i + LANES <= n; i += LANES) {
-        for (int k = 0; k < LANES; k++) m[k] = y[i + k] > m[k] ? y[i + k] : m[k];
+        for (int k = 0; k < LANES; k++) m[k] = max_nan(y[i + k], m[k]);
     }
-    for (int k = 0; i < n; i++, k++) m[k] = y[i] > m[k] ? y[i] : m[k];
+    for (int k = 0; i < n; i++, k++) m[k] = max_nan(y[i], m[k]);
     float r = m[0];
-    for (int k = 1; k < LANES; k++) r = m[k] > r ? m[k] : r;
+    for (int k = 1; k < LANES; k++) r = max_nan(m[k], r);
     return r;
 }
 

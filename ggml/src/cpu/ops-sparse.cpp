@@ -31,6 +31,7 @@
 
 #include <algorithm>
 
+#include "cpu-features.h"
 #include "ggml-impl.h"
 #include "ggml-quants.h"
 #include "ops.h"
