@@ -184,20 +184,26 @@ static void test_q8x(const char *family, const table &ref, const ggml_q8x_kernel
             q->quantize(x.data(), y.data(), n);
             for (int64_t b = 0; b < (nb + 3) / 4 * 4; b++) {
                 const uint8_t *g = y.data() + (b / 4) * GGML_Q8X_GROUP;
-                const int8_t *qs = (const int8_t *)g + 32 * (b % 4);
-                const float *dy = (const float *)(g + 128) + 8 * (b % 4), sd = ((const float *)(g + 256))[b % 4];
+                const int bl = (int)(b % 4);
+                const int8_t *qa = (const int8_t *)g + 16 * bl, *qb = qa + 64;
+                const float *dy = (const float *)(g + 128) + 4 * bl, *sd = (const float *)(g + 256) + 4 * bl;
+                const int32_t *ns = (const int32_t *)(g + 192) + 4 * bl;
                 if (b >= nb) {  // padding
-                    bool zero = sd == 0.0f;
-                    for (int j = 0; j < 32; j++) zero = zero && qs[j] == 0;
-                    for (int j = 0; j < 8; j++) zero = zero && dy[j] == 0.0f;
+                    bool zero = true;
+                    for (int j = 0; j < 16; j++) zero = zero && qa[j] == 0 && qb[j] == 0;
+                    for (int j = 0; j < 4; j++) zero = zero && dy[j] == 0.0f && sd[j] == 0.0f && ns[j] == 0;
                     CHECK(zero, "%s q8x n=%lld: padding block %lld is not zero", family, (long long)n, (long long)b);
                     continue;
                 }
                 const float d = ggml_fp16_to_fp32(r[b].d);
                 int sum = 0;
                 for (int j = 0; j < 32; j++) sum += r[b].qs[j];
-                bool same = memcmp(qs, r[b].qs, 32) == 0 && sd == d * (float)sum;
-                for (int j = 0; j < 8; j++) same = same && dy[j] == d;
+                bool same = memcmp(qa, r[b].qs, 16) == 0 && memcmp(qb, r[b].qs + 16, 16) == 0 && sd[0] == d * (float)sum;
+                for (int l = 0; l < 4; l++) {
+                    int ls = 0;
+                    for (int i = 0; i < 4; i++) ls += r[b].qs[4 * l + i] + r[b].qs[16 + 4 * l + i];
+                    same = same && dy[l] == d && ns[l] == -ls && (l == 0 || sd[l] == 0.0f);
+                }
                 CHECK(same, "%s q8x n=%lld rep=%d block %lld differs from q8_0", family, (long long)n, rep, (long long)b);
             }
             qcases++;

@@ -8,6 +8,8 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include <initializer_list>
+
 #include "ggml-quants.h"
 #include "vec-dot-simd.h"
 #include "q8x-dot.h"
@@ -302,20 +304,24 @@ namespace {
 template <bool H>
 void quantize_q8x(const float *x, void *vy, int64_t k) {
     constexpr size_t GROUP = H ? GGML_Q8XH_GROUP : GGML_Q8X_GROUP;
-    constexpr size_t DY = H ? 256 : 128, SD = H ? 384 : 256;
+    constexpr size_t DY = H ? 256 : 128, NS = DY + 64, SD = DY + 128;
     const int64_t nb = k / 32, ng = (nb + 3) / 4;
     uint8_t *y = (uint8_t *)vy;
     for (int64_t g = 0; g < ng; g++) {
         uint8_t *grp = y + g * GROUP;
-        int8_t *qs = (int8_t *)grp, *qr = (int8_t *)grp + 128;
+        int8_t *qa = (int8_t *)grp, *ra = (int8_t *)grp + 128;
         float *dy = (float *)(grp + DY), *sd = (float *)(grp + SD);
+        int32_t *ns = (int32_t *)(grp + NS);
         for (int b = 0; b < 4; b++) {
             const int64_t blk = 4 * g + b;
             if (blk >= nb) {  // zero padding: contributes 0 to every dot
-                memset(qs + 32 * b, 0, 32);
-                if (H) memset(qr + 32 * b, 0, 32);
-                _mm256_storeu_ps(dy + 8 * b, _mm256_setzero_ps());
-                sd[b] = 0.0f;
+                for (int h = 0; h < 2; h++) {
+                    memset(qa + 64 * h + 16 * b, 0, 16);
+                    if (H) memset(ra + 64 * h + 16 * b, 0, 16);
+                }
+                _mm_storeu_ps(dy + 4 * b, _mm_setzero_ps());
+                _mm_storeu_ps(sd + 4 * b, _mm_setzero_ps());
+                _mm_storeu_si128((__m128i *)(ns + 4 * b), _mm_setzero_si128());
                 continue;
             }
             const float *xb = x + 32 * blk;
@@ -325,26 +331,33 @@ void quantize_q8x(const float *x, void *vy, int64_t k) {
             const float df = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
             const __m512 vid = _mm512_set1_ps(id);
             const __m512i q0 = round_q8(_mm512_mul_ps(v0, vid)), q1 = round_q8(_mm512_mul_ps(v1, vid));
-            _mm_storeu_si128((__m128i *)(qs + 32 * b), _mm512_cvtepi32_epi8(q0));
-            _mm_storeu_si128((__m128i *)(qs + 32 * b + 16), _mm512_cvtepi32_epi8(q1));
-            const int32_t sq = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-            if (!H) {
-                _mm256_storeu_ps(dy + 8 * b, _mm256_set1_ps(df));
-                sd[b] = df * (float)sq;
-                continue;
+            _mm_storeu_si128((__m128i *)(qa + 16 * b), _mm512_cvtepi32_epi8(q0));
+            _mm_storeu_si128((__m128i *)(qa + 64 + 16 * b), _mm512_cvtepi32_epi8(q1));
+            // t: per element 128 q + q2 (H) or q; lane l of a dot register holds elements 4l..4l+3 of both halves
+            __m512i t = _mm512_add_epi32(q0, q1);
+            const int32_t sq = _mm512_reduce_add_epi32(t);
+            float step = df;
+            if (H) {  // the residual x - df q on the grid df/128 (|q2| <= ~72)
+                const __m512 vdf = _mm512_set1_ps(df), vir = _mm512_set1_ps(df != 0.0f ? 128.0f / df : 0.0f);
+                const __m512 r0 = _mm512_fnmadd_ps(vdf, _mm512_cvtepi32_ps(q0), v0);
+                const __m512 r1 = _mm512_fnmadd_ps(vdf, _mm512_cvtepi32_ps(q1), v1);
+                const __m512i e0 = round_q8(_mm512_mul_ps(r0, vir)), e1 = round_q8(_mm512_mul_ps(r1, vir));
+                _mm_storeu_si128((__m128i *)(ra + 16 * b), _mm512_cvtepi32_epi8(e0));
+                _mm_storeu_si128((__m128i *)(ra + 64 + 16 * b), _mm512_cvtepi32_epi8(e1));
+                t = _mm512_add_epi32(_mm512_slli_epi32(t, 7), _mm512_add_epi32(e0, e1));
+                step = df / 128.0f;  // exact: a power-of-two division
             }
-            // the residual x - df q on the grid df/128 (|q2| <= ~72)
-            const __m512 vdf = _mm512_set1_ps(df), vir = _mm512_set1_ps(df != 0.0f ? 128.0f / df : 0.0f);
-            const __m512 r0 = _mm512_fnmadd_ps(vdf, _mm512_cvtepi32_ps(q0), v0);
-            const __m512 r1 = _mm512_fnmadd_ps(vdf, _mm512_cvtepi32_ps(q1), v1);
-            const __m512i e0 = round_q8(_mm512_mul_ps(r0, vir)), e1 = round_q8(_mm512_mul_ps(r1, vir));
-            _mm_storeu_si128((__m128i *)(qr + 32 * b), _mm512_cvtepi32_epi8(e0));
-            _mm_storeu_si128((__m128i *)(qr + 32 * b + 16), _mm512_cvtepi32_epi8(e1));
-            const float step = df / 128.0f;  // exact: a power-of-two division
-            _mm256_storeu_ps(dy + 8 * b, _mm256_set1_ps(step));
-            sd[b] = step * (float)(128 * sq + _mm512_reduce_add_epi32(_mm512_add_epi32(e0, e1)));
+            alignas(64) int32_t te[16];
+            _mm512_store_si512(te, t);
+            int32_t st = 0;
+            for (int l = 0; l < 4; l++) {
+                const int32_t ls = te[4 * l] + te[4 * l + 1] + te[4 * l + 2] + te[4 * l + 3];
+                ns[4 * b + l] = -ls;
+                st += ls;
+            }
+            _mm_storeu_ps(dy + 4 * b, _mm_set1_ps(step));
+            _mm_storeu_ps(sd + 4 * b, _mm_setr_ps(step * (float)(H ? st : sq), 0.0f, 0.0f, 0.0f));
         }
-        memset(grp + SD + 16, 0, GROUP - SD - 16);
     }
 }
 
@@ -364,61 +377,92 @@ void ggml_f16r_convert_avx512(const float *x, void *vy, int64_t k) {
 
 namespace {
 
-// Weight-side unpacking of four consecutive blocks: two registers of
-// unsigned bytes u (element order), the scales d and the offsets m so that
-// weight = d * u + m.
+// Weight-side unpacking of four consecutive blocks into the q8x order
+// (q8x-dot.h): unsigned quants of the low and high halves, scales d (and
+// minimums m) per 32-bit lane, lane l belonging to block l / 4.
+inline __m512 lanes4(__m128 v) {  // value b in lanes 4b..4b+3
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), _mm512_castps128_ps512(v));
+}
 inline __m128 fp16x4(ggml_fp16_t a, ggml_fp16_t b, ggml_fp16_t c, ggml_fp16_t e) {
     return _mm_cvtph_ps(_mm_setr_epi16((short)a, (short)b, (short)c, (short)e, 0, 0, 0, 0));
+}
+// The 16 bytes at p0..p3 in the four 128-bit lanes of one register.
+inline __m512i load4x16(const void *p0, const void *p1, const void *p2, const void *p3) {
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p0));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)p1), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)p2), 2);
+    return _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)p3), 3);
+}
+template <class B>
+inline void nibbles4(const B *x, __m512i *ua, __m512i *ub) {
+    const __m512i v = load4x16(x[0].qs, x[1].qs, x[2].qs, x[3].qs), m4 = _mm512_set1_epi8(0x0F);
+    *ua = _mm512_and_si512(v, m4);
+    *ub = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+}
+// fifth bits: bit j of qh is element j; the low 16 bits go with ua, the high with ub
+template <class B>
+inline void high4(const B *x, __m512i *ua, __m512i *ub) {
+    uint64_t lo = 0, hi = 0;
+    for (int b = 0; b < 4; b++) {
+        uint32_t h;
+        memcpy(&h, x[b].qh, 4);
+        lo |= (uint64_t)(h & 0xFFFF) << (16 * b);
+        hi |= (uint64_t)(h >> 16) << (16 * b);
+    }
+    const __m512i sixteen = _mm512_set1_epi8(16);
+    *ua = _mm512_mask_add_epi8(*ua, (__mmask64)lo, *ua, sixteen);
+    *ub = _mm512_mask_add_epi8(*ub, (__mmask64)hi, *ub, sixteen);
+}
+template <class B>
+inline void dm4(const B *x, __m512 *d, __m512 *m) {
+    const __m256 f = _mm256_cvtph_ps(_mm_setr_epi16((short)x[0].d, (short)x[1].d, (short)x[2].d, (short)x[3].d,
+                                                    (short)x[0].m, (short)x[1].m, (short)x[2].m, (short)x[3].m));
+    *d = lanes4(_mm256_castps256_ps128(f));
+    *m = lanes4(_mm256_extractf128_ps(f, 1));
 }
 
 struct X_q4_0 {
     using B = block_q4_0;
-    static void load(const B *x, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m) {
-        *ua = unpack2_nibbles(x[0].qs, x[1].qs);
-        *ub = unpack2_nibbles(x[2].qs, x[3].qs);
-        *d = fp16x4(x[0].d, x[1].d, x[2].d, x[3].d);
-        *m = _mm_mul_ps(*d, _mm_set1_ps(-8.0f));
+    static constexpr int S = 3;  // weight = d (u - 8)
+    static void load(const B *x, __m512i *ua, __m512i *ub, __m512 *d, __m512 *) {
+        nibbles4(x, ua, ub);
+        *d = lanes4(fp16x4(x[0].d, x[1].d, x[2].d, x[3].d));
     }
 };
 struct X_q4_1 {
     using B = block_q4_1;
-    static void load(const B *x, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m) {
-        *ua = unpack2_nibbles(x[0].qs, x[1].qs);
-        *ub = unpack2_nibbles(x[2].qs, x[3].qs);
-        const __m256 f = _mm256_cvtph_ps(_mm_setr_epi16((short)x[0].d, (short)x[1].d, (short)x[2].d, (short)x[3].d,
-                                                        (short)x[0].m, (short)x[1].m, (short)x[2].m, (short)x[3].m));
-        *d = _mm256_castps256_ps128(f);
-        *m = _mm256_extractf128_ps(f, 1);
+    static constexpr int S = -1;  // weight = d u + m
+    static void load(const B *x, __m512i *ua, __m512i *ub, __m512 *d, __m512 *m) {
+        nibbles4(x, ua, ub);
+        dm4(x, d, m);
     }
 };
 struct X_q5_0 {
     using B = block_q5_0;
-    static void load(const B *x, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m) {
-        *ua = add_high2(unpack2_nibbles(x[0].qs, x[1].qs), x[0].qh, x[1].qh);
-        *ub = add_high2(unpack2_nibbles(x[2].qs, x[3].qs), x[2].qh, x[3].qh);
-        *d = fp16x4(x[0].d, x[1].d, x[2].d, x[3].d);
-        *m = _mm_mul_ps(*d, _mm_set1_ps(-16.0f));
+    static constexpr int S = 4;  // weight = d (u - 16)
+    static void load(const B *x, __m512i *ua, __m512i *ub, __m512 *d, __m512 *) {
+        nibbles4(x, ua, ub);
+        high4(x, ua, ub);
+        *d = lanes4(fp16x4(x[0].d, x[1].d, x[2].d, x[3].d));
     }
 };
 struct X_q5_1 {
     using B = block_q5_1;
-    static void load(const B *x, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m) {
-        *ua = add_high2(unpack2_nibbles(x[0].qs, x[1].qs), x[0].qh, x[1].qh);
-        *ub = add_high2(unpack2_nibbles(x[2].qs, x[3].qs), x[2].qh, x[3].qh);
-        const __m256 f = _mm256_cvtph_ps(_mm_setr_epi16((short)x[0].d, (short)x[1].d, (short)x[2].d, (short)x[3].d,
-                                                        (short)x[0].m, (short)x[1].m, (short)x[2].m, (short)x[3].m));
-        *d = _mm256_castps256_ps128(f);
-        *m = _mm256_extractf128_ps(f, 1);
+    static constexpr int S = -1;
+    static void load(const B *x, __m512i *ua, __m512i *ub, __m512 *d, __m512 *m) {
+        nibbles4(x, ua, ub);
+        high4(x, ua, ub);
+        dm4(x, d, m);
     }
 };
-struct X_q8_0 {  // int8 + 128 is unsigned; the 128 comes back through m = -128 d
+struct X_q8_0 {  // int8 + 128 is unsigned; weight = d (u - 128)
     using B = block_q8_0;
-    static void load(const B *x, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m) {
+    static constexpr int S = 7;
+    static void load(const B *x, __m512i *ua, __m512i *ub, __m512 *d, __m512 *) {
         const __m512i bias = _mm512_set1_epi8((char)0x80);
-        *ua = _mm512_xor_si512(load2_256(x[0].qs, x[1].qs), bias);
-        *ub = _mm512_xor_si512(load2_256(x[2].qs, x[3].qs), bias);
-        *d = fp16x4(x[0].d, x[1].d, x[2].d, x[3].d);
-        *m = _mm_mul_ps(*d, _mm_set1_ps(-128.0f));
+        *ua = _mm512_xor_si512(load4x16(x[0].qs, x[1].qs, x[2].qs, x[3].qs), bias);
+        *ub = _mm512_xor_si512(load4x16(x[0].qs + 16, x[1].qs + 16, x[2].qs + 16, x[3].qs + 16), bias);
+        *d = lanes4(fp16x4(x[0].d, x[1].d, x[2].d, x[3].d));
     }
 };
 
@@ -426,7 +470,7 @@ ggml_q8x_kernels make_q8x() {
     ggml_q8x_kernels q;
     memset(&q, 0, sizeof(q));
     q.quantize = ggml_q8x_quantize_avx512;
-    q.matvec[GGML_TYPE_Q4_1] = q.matvec[GGML_TYPE_Q5_0] = q.matvec[GGML_TYPE_Q5_1] = true;
+    for (ggml_type t : {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0}) q.matvec[t] = true;
     q.dot_f16 = dot_f16_rows_n;
     q.f16r_convert = ggml_f16r_convert_avx512;
     q.dot[GGML_TYPE_Q4_0] = dot_q8x_n<X_q4_0>;

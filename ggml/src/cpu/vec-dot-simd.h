@@ -18,28 +18,37 @@ void ggml_cpu_set_kernels_avx512(struct ggml_type_traits *table, bool has_bf16);
 // ---- "q8x": MUL_MAT's internal activation layout for the 32-element block
 // types (q4_0, q4_1, q5_0, q5_1, q8_0) ----
 // A row of k floats is quantized exactly as quantize_row_q8_0 does (same
-// int8 values, same fp16-rounded scale per 32 elements) but stored in groups
-// of four blocks (128 elements, zero-padded at the end of the row):
-//   int8  qs[128]     the quants, contiguous
-//   float dy[32]      each block's scale repeated 8 times (the lane layout of
-//                     two blocks per 512-bit register, so no broadcast is needed)
-//   float sd[4]       dy * sum(qs) per block (for the weights' offset term)
-//   (48 bytes of padding: groups are 320 bytes, 64-byte aligned)
-// so the dot kernels stream one weight row against several activation rows
-// with plain vector loads. Never stored or exchanged: results equal the
-// reference dot (weight type x q8_0/q8_1) up to float summation order.
+// int8 values, same fp16-rounded scale df per 32 elements) but stored in
+// groups of four blocks (128 elements, zero-padded at the end of the row) in
+// the order a packed nibble register unpacks to: one 64-byte register holds
+// the low halves (elements 0..15) of the four blocks, another the high
+// halves, so 32-bit lane l of either belongs to block l / 4:
+//   int8  qa[64]   qa[16 b + j] = q of element j of block b       (j < 16)
+//   int8  qb[64]   qb[16 b + j] = q of element 16 + j of block b
+//   float dy[16]   df of block l / 4 in lane l
+//   int32 ns[16]   minus the sum of the eight q lane l of qa and qb holds
+//                  (the weights' offset -8, -16, -128 as one shift and add)
+//   float sd[16]   df * sum(q) of block b in lane 4 b, zero elsewhere (the
+//                  offset term of the types with a stored minimum)
+// 320 bytes a group, 64-byte aligned, so the dot kernels stream one weight
+// row against several activation rows with plain vector loads and unpack a
+// weight group with one mask and one shift. Never stored or exchanged:
+// results equal the reference dot (weight type x q8_0/q8_1) up to float
+// summation order.
 #define GGML_Q8X_GROUP 320
 static inline size_t ggml_q8x_row_size(int64_t k) { return (size_t)((k + 127) / 128) * GGML_Q8X_GROUP; }
 // The high-precision variant (GGML_PREC_HIGH), "q8xh": per block of 32 the
 // same q (and fp16-rounded scale df) as q8x, plus the rounding residual
 // x - df q quantized on the fixed finer grid df/128, q2 = round((x - df q) 128/df)
 // (|q2| <= ~72), so that x ~ (df/128) (128 q + q2): 15 bits, and the kernel
-// forms 128 dot(w, q) + dot(w, q2) in the integer domain (a shift and a
-// second vpdpbusd per 64 weights, one scale multiply). Groups of 448 bytes:
-//   int8  qs[128], int8 qr[128]   q and q2
-//   float dy[32]                  df/128, 8 copies per block
-//   float sd[4]                   (df/128) * sum(128 q + q2) per block
-//   (48 bytes of padding)
+// forms 128 dot(w, q) + dot(w, q2) in the integer domain (a shift and two
+// more vpdpbusd per 128 weights, one scale multiply). Groups of 448 bytes,
+// the q8x order:
+//   int8  qa[64], qb[64]   q
+//   int8  ra[64], rb[64]   q2
+//   float dy[16]           df/128 of block l / 4 in lane l
+//   int32 ns[16]           minus the lane's sum of 128 q + q2
+//   float sd[16]           (df/128) * sum(128 q + q2) of block b in lane 4 b
 #define GGML_Q8XH_GROUP 448
 static inline size_t ggml_q8xh_row_size(int64_t k) { return (size_t)((k + 127) / 128) * GGML_Q8XH_GROUP; }
 typedef void (*ggml_q8x_quantize_t)(const float *x, void *y, int64_t k);
