@@ -4,6 +4,7 @@
 // byte for byte.
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <random>
@@ -318,9 +319,14 @@ int main() {
     const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                         __builtin_cpu_supports("avx512vnni");
-    // dispatch must pick the widest family the CPU has
-    CHECK(strcmp(ggml_cpu_backend_name(), avx512 ? "avx512" : avx2 ? "avx2" : "scalar") == 0, "dispatch picked %s",
-          ggml_cpu_backend_name());
+    // dispatch must pick the widest family the CPU has, capped by PINFER_CPU (dispatch.cpp)
+    const char *cap = getenv("PINFER_CPU");
+    const int allow = !cap || !*cap || strcmp(cap, "avx512") == 0 ? 2 : strcmp(cap, "avx2") == 0 ? 1 : 0;
+    const char *want = avx512 && allow >= 2 ? "avx512" : avx2 && allow >= 1 ? "avx2" : "scalar";
+    CHECK(strcmp(ggml_cpu_backend_name(), want) == 0, "dispatch picked %s, expected %s (PINFER_CPU=%s)", ggml_cpu_backend_name(),
+          want, cap ? cap : "");
+    CHECK((strcmp(want, "avx512") == 0) == (ggml_cpu_q8x() != nullptr), "q8x kernels %s with family %s",
+          ggml_cpu_q8x() ? "installed" : "missing", want);
     if (avx2) {
         table t2 = ref;
         ggml_cpu_set_kernels_avx2(t2.t);

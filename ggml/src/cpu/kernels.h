@@ -16,3 +16,7 @@ const char *ggml_cpu_init_kernels(struct ggml_type_traits *table);
 #ifdef __cplusplus
 }
 #endif
+
+// The kernel family dispatch picked, in words (e.g. which q8x weight loader,
+// or that PINFER_CPU capped it), for benchmark reports.
+const char *ggml_cpu_kernel_variant(void);

@@ -173,6 +173,11 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
     // thread; otherwise (few weight rows, many columns) split the columns.
     const int64_t R = B2 * B3 * M;
     const bool by_rows = N == 1 || R >= 4 * (int64_t)nth;
+    // rows in memory order: the kernels prefetch the weights ahead (vec-dot-simd.h)
+    struct prefetch_scope {
+        explicit prefetch_scope(int d) { ggml_prefetch_distance = d; }
+        ~prefetch_scope() { ggml_prefetch_distance = 0; }
+    } prefetch(by_rows ? GGML_PREFETCH_AHEAD : 0);
     if (p.q8x_dot) {
         // Columns go in fixed tiles of QCOLS from column 0 (a column split
         // moves whole tiles), so every element is computed the same way

@@ -67,7 +67,9 @@ void dot_q8x(int64_t k, const void *vx, const void *vy, size_t ys, float *s, siz
         memset(tail, 0, sizeof(tail));
         memcpy(tail, x + 4 * nfull, sizeof(B) * (size_t)(nb - 4 * nfull));
     }
+    const int ahead = ggml_prefetch_distance;
     for (int64_t g = 0; g < ng; g++) {
+        ggml_prefetch_chunk(x + 4 * g, 4 * (int)sizeof(B), ahead);
         __m512i ua, ub;
         __m512 dx, mx;
         load_group<X>(x + 4 * g, tail, nb - 4 * g, &ua, &ub, &dx, &mx, 0);

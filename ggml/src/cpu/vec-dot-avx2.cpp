@@ -57,7 +57,9 @@ void vec_dot_q4_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
     const __m256i off = _mm256_set1_epi8(8);
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int64_t i = 0;
+    const int ahead = ggml_prefetch_distance;
     for (; i + 1 < nb; i += 2) {
+        ggml_prefetch_chunk(x + i, 2 * (int)sizeof(*x), ahead);
         const __m256i p0 = dot_s8s8(_mm256_sub_epi8(unpack_nibbles(x[i].qs), off), _mm256_loadu_si256((const __m256i *)y[i].qs));
         const __m256i p1 = dot_s8s8(_mm256_sub_epi8(unpack_nibbles(x[i + 1].qs), off), _mm256_loadu_si256((const __m256i *)y[i + 1].qs));
         acc0 = _mm256_fmadd_ps(_mm256_set1_ps(fp16(x[i].d) * fp16(y[i].d)), _mm256_cvtepi32_ps(p0), acc0);
@@ -77,7 +79,9 @@ void vec_dot_q4_1_q8_1(int64_t n, float *s, const void *vx, const void *vy) {
     // m * dy * sum(qy) from the exact integer sum, not the rounded fp16 s
     const __m256i ones = _mm256_set1_epi8(1);
     __m256 acc = _mm256_setzero_ps();
+    const int ahead = ggml_prefetch_distance;
     for (int64_t i = 0; i < nb; i++) {
+        ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
         const __m256i yv = _mm256_loadu_si256((const __m256i *)y[i].qs);
         const __m256i p = dot_u8s8(unpack_nibbles(x[i].qs), yv);
         const float dy = fp16(y[i].d);
@@ -92,7 +96,9 @@ void vec_dot_q5_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
     const block_q8_0 *y = (const block_q8_0 *)vy;
     const int64_t nb = n / QK8_0;
     __m256 acc = _mm256_setzero_ps();
+    const int ahead = ggml_prefetch_distance;
     for (int64_t i = 0; i < nb; i++) {
+        ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
         uint32_t qh;
         memcpy(&qh, x[i].qh, 4);
         // value = (nibble | high<<4) - 16 = nibble - (high ? 0 : 16)
@@ -110,7 +116,9 @@ void vec_dot_q5_1_q8_1(int64_t n, float *s, const void *vx, const void *vy) {
     const int64_t nb = n / QK8_1;
     const __m256i ones = _mm256_set1_epi8(1);
     __m256 acc = _mm256_setzero_ps();
+    const int ahead = ggml_prefetch_distance;
     for (int64_t i = 0; i < nb; i++) {
+        ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
         uint32_t qh;
         memcpy(&qh, x[i].qh, 4);
         const __m256i hi = _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(16));
@@ -130,7 +138,9 @@ void vec_dot_q8_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
     const int64_t nb = n / QK8_0;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int64_t i = 0;
+    const int ahead = ggml_prefetch_distance;
     for (; i + 1 < nb; i += 2) {
+        ggml_prefetch_chunk(x + i, 2 * (int)sizeof(*x), ahead);
         const __m256i p0 = dot_s8s8(_mm256_loadu_si256((const __m256i *)x[i].qs), _mm256_loadu_si256((const __m256i *)y[i].qs));
         const __m256i p1 = dot_s8s8(_mm256_loadu_si256((const __m256i *)x[i + 1].qs), _mm256_loadu_si256((const __m256i *)y[i + 1].qs));
         acc0 = _mm256_fmadd_ps(_mm256_set1_ps(fp16(x[i].d) * fp16(y[i].d)), _mm256_cvtepi32_ps(p0), acc0);
@@ -166,7 +176,9 @@ void vec_dot_q2_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
     const __m256i m3 = _mm256_set1_epi8(3);
     __m256 acc = _mm256_setzero_ps();
     float accm = 0;
+    const int ahead = ggml_prefetch_distance;
     for (int64_t i = 0; i < nb; i++) {
+        ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
         int8_t sc[16], mn[16];
         for (int k = 0; k < 16; k++) { sc[k] = x[i].scales[k] & 0xF; mn[k] = x[i].scales[k] >> 4; }
         __m256i sumi = _mm256_setzero_si256();
@@ -204,7 +216,9 @@ void vec_dot_q3_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
     const int64_t nb = n / QK_K;
     const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
     __m256 acc = _mm256_setzero_ps();
+    const int ahead = ggml_prefetch_distance;
     for (int64_t i = 0; i < nb; i++) {
+        ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
         int8_t sc[16];
         q3k_scales(x[i].scales, sc);
         const __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
@@ -250,7 +264,9 @@ void vec_dot_q4_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 acc = _mm256_setzero_ps();
     float accm = 0;
+    const int ahead = ggml_prefetch_distance;
     for (int64_t i = 0; i < nb; i++) {
+        ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
         uint8_t sc[8], mn[8];
         q4k_scales(x[i].scales, sc, mn);
         __m256i sumi = _mm256_setzero_si256();
@@ -276,7 +292,9 @@ void vec_dot_q5_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     __m256 acc = _mm256_setzero_ps();
     float accm = 0;
+    const int ahead = ggml_prefetch_distance;
     for (int64_t i = 0; i < nb; i++) {
+        ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
         uint8_t sc[8], mn[8];
         q4k_scales(x[i].scales, sc, mn);
         const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
@@ -305,7 +323,9 @@ void vec_dot_q6_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
     const int64_t nb = n / QK_K;
     const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
     __m256 acc = _mm256_setzero_ps();
+    const int ahead = ggml_prefetch_distance;
     for (int64_t i = 0; i < nb; i++) {
+        ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
         const int8_t *sc = x[i].scales;
         __m256i sumi = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
@@ -338,7 +358,9 @@ void vec_dot_f32(int64_t n, float *s, const void *vx, const void *vy) {
     const float *x = (const float *)vx, *y = (const float *)vy;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int64_t i = 0;
+    const int ahead = ggml_prefetch_distance;
     for (; i + 32 <= n; i += 32) {
+        ggml_prefetch_chunk(x + i, 32 * (int)sizeof(*x), ahead);
         a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
         a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), a1);
         a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(y + i + 16), a2);
@@ -356,7 +378,9 @@ void vec_dot_f16(int64_t n, float *s, const void *vx, const void *vy) {
     const ggml_fp16_t *x = (const ggml_fp16_t *)vx, *y = (const ggml_fp16_t *)vy;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int64_t i = 0;
+    const int ahead = ggml_prefetch_distance;
     for (; i + 32 <= n; i += 32) {
+        ggml_prefetch_chunk(x + i, 32 * (int)sizeof(*x), ahead);
         a0 = _mm256_fmadd_ps(load_f16(x + i), load_f16(y + i), a0);
         a1 = _mm256_fmadd_ps(load_f16(x + i + 8), load_f16(y + i + 8), a1);
         a2 = _mm256_fmadd_ps(load_f16(x + i + 16), load_f16(y + i + 16), a2);
@@ -382,7 +406,9 @@ void vec_dot_bf16(int64_t n, float *s, const void *vx, const void *vy) {
     const ggml_bf16_t *x = (const ggml_bf16_t *)vx, *y = (const ggml_bf16_t *)vy;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int64_t i = 0;
+    const int ahead = ggml_prefetch_distance;
     for (; i + 32 <= n; i += 32) {
+        ggml_prefetch_chunk(x + i, 32 * (int)sizeof(*x), ahead);
         a0 = _mm256_fmadd_ps(load_bf16(x + i), load_bf16(y + i), a0);
         a1 = _mm256_fmadd_ps(load_bf16(x + i + 8), load_bf16(y + i + 8), a1);
         a2 = _mm256_fmadd_ps(load_bf16(x + i + 16), load_bf16(y + i + 16), a2);

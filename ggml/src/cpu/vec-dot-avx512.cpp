@@ -59,8 +59,10 @@ void vec_dot_q4_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
     const int64_t nb = n / QK8_0;
     const __m512i eight = _mm512_set1_epi8(8);
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    const int ahead = ggml_prefetch_distance;
     int64_t i = 0;
     for (; i + 3 < nb; i += 4) {
+        ggml_prefetch_chunk(x + i, 4 * (int)sizeof(*x), ahead);
         const __m512i ya = load2_256(y[i].qs, y[i + 1].qs), yb = load2_256(y[i + 2].qs, y[i + 3].qs);
         const __m512i xa = unpack2_nibbles(x[i].qs, x[i + 1].qs), xb = unpack2_nibbles(x[i + 2].qs, x[i + 3].qs);
         const __m512i z = _mm512_setzero_si512();
@@ -88,8 +90,10 @@ void vec_dot_q8_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
     const int64_t nb = n / QK8_0;
     const __m512i bias = _mm512_set1_epi8((char)0x80);
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    const int ahead = ggml_prefetch_distance;
     int64_t i = 0;
     for (; i + 3 < nb; i += 4) {
+        ggml_prefetch_chunk(x + i, 4 * (int)sizeof(*x), ahead);
         const __m512i ya = load2_256(y[i].qs, y[i + 1].qs), yb = load2_256(y[i + 2].qs, y[i + 3].qs);
         const __m512i xa = _mm512_xor_si512(load2_256(x[i].qs, x[i + 1].qs), bias);
         const __m512i xb = _mm512_xor_si512(load2_256(x[i + 2].qs, x[i + 3].qs), bias);
@@ -133,7 +137,9 @@ void vec_dot_q4_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
     for (int r = 0; r < 4; r++) idx[r] = _mm512_load_si512(iw[r]);
     __m512 acc = _mm512_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
+    const int ahead = ggml_prefetch_distance;
     for (int64_t i = 0; i < nb; i++) {
+        ggml_prefetch_chunk(x + i, (int)sizeof(block_q4_K), ahead);
         uint32_t a[3];
         memcpy(a, x[i].scales, 12);
         const uint32_t s_lo = a[0] & 0x3F3F3F3Fu, s_hi = (a[2] & 0x0F0F0F0Fu) | (((a[0] >> 6) & 0x03030303u) << 4);
@@ -174,7 +180,9 @@ void vec_dot_q5_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
     for (int r = 0; r < 4; r++) idx[r] = _mm512_load_si512(iw[r]);
     __m512 acc = _mm512_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
+    const int ahead = ggml_prefetch_distance;
     for (int64_t i = 0; i < nb; i++) {
+        ggml_prefetch_chunk(x + i, (int)sizeof(block_q5_K), ahead);
         uint32_t a[3];
         memcpy(a, x[i].scales, 12);
         const uint32_t s_lo = a[0] & 0x3F3F3F3Fu, s_hi = (a[2] & 0x0F0F0F0Fu) | (((a[0] >> 6) & 0x03030303u) << 4);
@@ -223,7 +231,9 @@ void vec_dot_q6_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
     __m512i idx[4];
     for (int r = 0; r < 4; r++) idx[r] = _mm512_load_si512(iw[r]);
     __m512 acc = _mm512_setzero_ps();
+    const int ahead = ggml_prefetch_distance;
     for (int64_t i = 0; i < nb; i++) {
+        ggml_prefetch_chunk(x + i, (int)sizeof(block_q6_K), ahead);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
         const __m512i sc = _mm512_castsi256_si512(sc16);
         const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), sc16);
@@ -248,11 +258,14 @@ void vec_dot_q6_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
 
 // Plain float types: 64 elements per iteration in four accumulators, a
 // masked load for the tail.
+// w: the weights, wsize bytes an element (prefetched).
 template <typename Load>
-inline float dot_float(int64_t n, Load load) {
+inline float dot_float(int64_t n, Load load, const void *w, int wsize) {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    const int ahead = ggml_prefetch_distance;
     int64_t i = 0;
     for (; i + 64 <= n; i += 64) {
+        ggml_prefetch_chunk((const char *)w + i * wsize, 64 * wsize, ahead);
         a0 = _mm512_fmadd_ps(load(i, 0xFFFF), load(i, 0xFFFF, 1), a0);
         a1 = _mm512_fmadd_ps(load(i + 16, 0xFFFF), load(i + 16, 0xFFFF, 1), a1);
         a2 = _mm512_fmadd_ps(load(i + 32, 0xFFFF), load(i + 32, 0xFFFF, 1), a2);
@@ -267,19 +280,19 @@ inline float dot_float(int64_t n, Load load) {
 
 void vec_dot_f32(int64_t n, float *s, const void *vx, const void *vy) {
     const float *p[2] = {(const float *)vx, (const float *)vy};
-    *s = dot_float(n, [&](int64_t i, __mmask16 m, int w = 0) { return _mm512_maskz_loadu_ps(m, p[w] + i); });
+    *s = dot_float(n, [&](int64_t i, __mmask16 m, int w = 0) { return _mm512_maskz_loadu_ps(m, p[w] + i); }, vx, 4);
 }
 
 void vec_dot_f16(int64_t n, float *s, const void *vx, const void *vy) {
     const ggml_fp16_t *p[2] = {(const ggml_fp16_t *)vx, (const ggml_fp16_t *)vy};
-    *s = dot_float(n, [&](int64_t i, __mmask16 m, int w = 0) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p[w] + i)); });
+    *s = dot_float(n, [&](int64_t i, __mmask16 m, int w = 0) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p[w] + i)); }, vx, 2);
 }
 
 void vec_dot_bf16(int64_t n, float *s, const void *vx, const void *vy) {
     const ggml_bf16_t *p[2] = {(const ggml_bf16_t *)vx, (const ggml_bf16_t *)vy};
     *s = dot_float(n, [&](int64_t i, __mmask16 m, int w = 0) {
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p[w] + i)), 16));
-    });
+    }, vx, 2);
 }
 
 // ---------------------------------------------------------------- q8x
