@@ -2,7 +2,7 @@
 // measured in the same run.
 //
 //   pinfer-bench matvec [--types f16,q8_0,q4_0,q4_K,q6_K] [--threads 1,2] [--gib 2] [--reps 5]
-//                       [--precision fast,high]
+//                       [--precision fast,high] [--cached]
 //   pinfer-bench model -m FILE [-p 64,512] [-n 64] [-t 2] [-r 3]
 //
 // matvec: y = W x with LLaMA-7B FFN shapes (4096x11008 and 11008x4096),
@@ -103,11 +103,16 @@ struct matvec_result {
 // Each pass is followed by a plain read of the same buffer with as many
 // threads, so that both see the same machine state (the memory bandwidth of
 // a shared VM moves from second to second); best of reps of each.
-matvec_result bench_matvec(ggml_type t, uint8_t *buf, size_t bytes, ggml_threadpool *tp, int nt, int reps, bool high) {
-    const int64_t D = 4096, F = 11008;
+// cached: the kernels' compute ceiling instead: 64 mat-vecs over one matrix
+// of 4096 x R (R: about 1 MiB of weights, resident in L2), so memory plays no
+// part (the read column is then the DRAM read, for scale).
+matvec_result bench_matvec(ggml_type t, uint8_t *buf, size_t bytes, ggml_threadpool *tp, int nt, int reps, bool high,
+                           bool cached) {
+    const int64_t D = 4096;
+    const int64_t F = cached ? std::max<int64_t>(64, ((int64_t)1 << 20) / (int64_t)ggml_row_size(t, D) / 64 * 64) : 11008;
     const size_t mat_bytes = ggml_row_size(t, D) * F;  // same for both shapes
     const size_t stride = (mat_bytes + 4095) / 4096 * 4096;
-    const int n_mat = (int)(bytes / stride);
+    const int n_mat = cached ? 64 : (int)(bytes / stride);
 
     // random quantized data: a block of 64 quantized rows of length D, repeated
     // (whole blocks, so every matrix holds valid blocks of type t)
@@ -118,7 +123,7 @@ matvec_result bench_matvec(ggml_type t, uint8_t *buf, size_t bytes, ggml_threadp
     for (auto &v : f) v = nd(rng);
     std::vector<uint8_t> tmpl(ggml_row_size(t, D) * trows);
     ggml_quantize_chunk(t, f.data(), tmpl.data(), trows, D);
-    for (int m = 0; m < n_mat; m++) {
+    for (int m = 0; m < (cached ? 1 : n_mat); m++) {
         uint8_t *dst = buf + (size_t)m * stride;
         for (size_t off = 0; off < mat_bytes; off += tmpl.size())
             memcpy(dst + off, tmpl.data(), std::min(tmpl.size(), mat_bytes - off));
@@ -138,9 +143,9 @@ matvec_result bench_matvec(ggml_type t, uint8_t *buf, size_t bytes, ggml_threadp
     ggml_context *gctx = ggml_init(gp);
     ggml_cgraph *g = ggml_new_graph_custom(gctx, gsize);
     for (int m = 0; m < n_mat; m++) {
-        const bool up = m % 2 == 0;  // up/gate: [D in, F out]; down: [F in, D out]
+        const bool up = cached || m % 2 == 0;  // up/gate: [D in, F out]; down: [F in, D out]
         ggml_tensor *w = ggml_new_tensor_2d(wctx, t, up ? D : F, up ? F : D);
-        w->data = buf + (size_t)m * stride;
+        w->data = buf + (cached ? 0 : (size_t)m * stride);
         ggml_tensor *y = ggml_mul_mat(gctx, w, up ? xd : xf);
         if (high) ggml_set_prec(y, GGML_PREC_HIGH);
         ggml_build_forward_expand(g, y);
@@ -172,6 +177,7 @@ int cmd_matvec(int argc, char **argv) {
     std::vector<std::string> types = {"f16", "q8_0", "q4_0", "q4_K", "q6_K"};
     std::vector<int> threads = {1, 2};
     std::vector<std::string> precisions = {"fast", "high"};
+    bool cached = false;
     double gib = 2.0;
     int reps = 5;
     for (int i = 0; i < argc; i++) {
@@ -190,6 +196,7 @@ int cmd_matvec(int argc, char **argv) {
         } else if (a == "--gib") gib = atof(val().c_str());
         else if (a == "--reps") reps = atoi(val().c_str());
         else if (a == "--precision") precisions = split(val());
+        else if (a == "--cached") cached = true;
         else {
             fprintf(stderr, "pinfer-bench matvec: unknown option '%s'\n", a.c_str());
             return 2;
@@ -230,12 +237,13 @@ int cmd_matvec(int argc, char **argv) {
     printf("matvec: y = W x, W in LLaMA-7B FFN shapes 4096x11008 / 11008x4096, %.2f GiB of weights per type, best of %d passes, each followed by a plain read\n",
            gib, reps);
     printf("cpu: %s; kernels: %s\n", cpu_model().c_str(), ggml_cpu_kernel_variant());
+    if (cached) printf("--cached: 64 mat-vecs over one L2-resident 4096 x R matrix per type (the kernels' compute ceiling)\n");
     printf("%-8s %-6s %-5s %9s %12s %12s %7s\n", "threads", "type", "prec", "matrices", "weight GB/s", "read GB/s", "ratio");
     for (int nt : threads) {
         ggml_threadpool *tp = ggml_threadpool_new(nt);
         for (ggml_type t : tv)
             for (const auto &prec : precisions) {
-                const matvec_result r = bench_matvec(t, buf, bytes, tp, nt, reps, prec == "high");
+                const matvec_result r = bench_matvec(t, buf, bytes, tp, nt, reps, prec == "high", cached);
                 const double rd = r.read_gbs;
                 printf("%-8d %-6s %-5s %9d %12.2f %12.2f %6.0f%%\n", nt, ggml_type_name(t), prec.c_str(), r.n_mat, r.gbs, rd,
                        100.0 * r.gbs / rd);
@@ -366,7 +374,7 @@ int cmd_model(int argc, char **argv) {
 void usage() {
     fprintf(stderr,
             "usage: pinfer-bench matvec [--types f16,q8_0,q4_0,q4_K,q6_K] [--threads 1,2] [--gib 2] [--reps 5]\n"
-            "                           [--precision fast,high]   (PINFER_CPU=avx2: the AVX2 kernels)\n"
+            "                           [--precision fast,high] [--cached]   (PINFER_CPU=avx2: the AVX2 kernels)\n"
             "       pinfer-bench model -m FILE [-p 64,512] [-n 64] [-t 2] [-r 3]\n");
 }
 

@@ -129,6 +129,44 @@ static void test_dots(const char *family, const table &ref, const table &fast) {
     CHECK(n_simd > 0, "%s: no SIMD kernels installed", family);
 }
 
+// The fused GGML_PREC_HIGH kernels: one weight row against an activation row
+// and its residual (vrow bytes after it) = the sum of the two reference dots.
+static void test_dot_resid(const char *family, const table &ref, const ggml_vec_dot2_t *d2) {
+    int n_types = 0;
+    for (ggml_type t : k_weight_types) {
+        if (!d2[t]) continue;
+        n_types++;
+        const ggml_type_traits &R = ref.t[t];
+        const int64_t bs = R.blck_size;
+        int cases = 0;
+        for (int64_t nb : {1, 2, 3, 5, 16, 17, 43}) {
+            const int64_t n = nb * (bs == 1 ? 64 : bs) + (bs == 1 ? nb % 7 : 0);
+            const std::vector<float> xf = randn(n), yf = randn(n, nb % 2 ? 30.0f : 1.0f);
+            const std::vector<uint8_t> xq = quantize_ref(ref, t, xf);
+            // the row, then its residual at an odd-sized stride
+            const size_t vrow = ggml_row_size(R.vec_dot_type, n) + 8;
+            std::vector<uint8_t> y(2 * vrow + 64);
+            ref.t[R.vec_dot_type].from_float_ref(yf.data(), y.data(), n);
+            const std::vector<float> yd = dequant(ref, R.vec_dot_type, y, n);
+            std::vector<float> res(n);
+            for (int64_t i = 0; i < n; i++) res[i] = yf[i] - yd[i];
+            ref.t[R.vec_dot_type].from_float_ref(res.data(), y.data() + vrow, n);
+            float s0 = 0, s1 = 0, got = 0;
+            R.vec_dot_ref(n, &s0, xq.data(), y.data());
+            R.vec_dot_ref(n, &s1, xq.data(), y.data() + vrow);
+            d2[t](n, &got, xq.data(), y.data(), vrow);
+            const std::vector<float> xd = dequant(ref, t, xq, n);
+            double mag = 0;
+            for (int64_t i = 0; i < n; i++) mag += fabs((double)xd[i] * yf[i]);
+            const double want = (double)s0 + s1, err = fabs(want - got);
+            CHECK(err <= 2e-6 * mag + 1e-30, "%s dot_resid %s n=%lld: ref %.9g fused %.9g", family, R.name, (long long)n, want, got);
+            cases++;
+        }
+        printf("  %-6s %-5s: fused row + residual, %d cases\n", family, R.name, cases);
+    }
+    CHECK(n_types > 0, "%s: no fused residual kernels", family);
+}
+
 static void test_quantizers(const char *family, const table &ref, const table &fast) {
     const ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q8_1, GGML_TYPE_Q8_K, GGML_TYPE_F16, GGML_TYPE_BF16};
     for (ggml_type t : types) {
@@ -342,6 +380,9 @@ int main() {
         test_dots("avx512", ref, t5);
         test_quantizers("avx512", ref, t5);
         test_q8x("avx512", ref, ggml_cpu_q8x_avx512());
+        std::vector<ggml_vec_dot2_t> d2(GGML_TYPE_COUNT, nullptr);
+        ggml_cpu_set_dot_resid_avx512(d2.data());
+        test_dot_resid("avx512", ref, d2.data());
         families++;
         if (__builtin_cpu_supports("avx512vbmi")) {
             test_q8x("vbmi", ref, ggml_cpu_q8x_avx512vbmi());

@@ -13,12 +13,18 @@
 #include "vec-dot-simd.h"
 
 static const ggml_q8x_kernels *g_q8x = nullptr;
+static ggml_vec_dot2_t g_dot2[GGML_TYPE_COUNT];
 static char g_variant[96] = "scalar";
 __thread int ggml_prefetch_distance = 0;
 
 const ggml_q8x_kernels *ggml_cpu_q8x(void) {
     ggml_get_type_traits(GGML_TYPE_F32);  // runs the start-up dispatch once
     return g_q8x;
+}
+
+ggml_vec_dot2_t ggml_cpu_dot_resid(enum ggml_type t) {
+    ggml_get_type_traits(GGML_TYPE_F32);
+    return t >= 0 && t < GGML_TYPE_COUNT ? g_dot2[t] : nullptr;
 }
 
 const char *ggml_cpu_kernel_variant(void) {
@@ -50,6 +56,7 @@ extern "C" const char *ggml_cpu_init_kernels(struct ggml_type_traits *table) {
         const bool vbmi = __builtin_cpu_supports("avx512vbmi");
         ggml_cpu_set_kernels_avx512(table, __builtin_cpu_supports("avx512bf16"));
         g_q8x = vbmi ? ggml_cpu_q8x_avx512vbmi() : ggml_cpu_q8x_avx512();
+        ggml_cpu_set_dot_resid_avx512(g_dot2);
         snprintf(g_variant, sizeof(g_variant), "avx512 (VNNI; q8x weights unpacked %s)", vbmi ? "with VBMI" : "by inserts");
         return "avx512";
     }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include <initializer_list>
+#include <type_traits>
 
 #include "ggml-quants.h"
 #include "vec-dot-simd.h"
@@ -117,101 +118,178 @@ void vec_dot_q8_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
 }
 
 // ---------------------------------------------------------------- K-quants
+//
+// Each kernel takes NR activation rows (1; or 2 with GGML_PREC_HIGH: a row
+// and its q8_K residual vrow bytes further on, ops.h) and returns the sum of
+// the NR dots: the weights of a superblock are unpacked once for both.
+// maddubs (u x s8 pairs fit in s16), then madd by the sub-block scales
+// (vpermw of the superblock's scale words), accumulated in s32 per
+// superblock as in the reference; the mins / fixed offsets go through the
+// activation block sums.
 
-// q4_K: per 256-element superblock, 8 sub-blocks of 32 with 6-bit scales and
-// mins. A 64-byte load of the packed quants holds elements [64r, 64r+64) as
-// low nibbles (first 32) and high nibbles (next 32) of two 32-byte halves; a
-// 128-bit lane shuffle puts them in element order, so y is read with plain
-// 64-byte loads. maddubs (u4 x s8 pairs fit in s16), then madd by the
-// scales, accumulate s32; mins through the activation block sums.
-void vec_dot_q4_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
-    const block_q4_K *x = (const block_q4_K *)vx;
-    const block_q8_K *y = (const block_q8_K *)vy;
+// Constant index vectors, built once: word w of entry r is `f(r, w)`.
+template <int (*F)(int, int)>
+struct word_index {
+    alignas(64) int16_t w[4][32];
+    word_index() {
+        for (int r = 0; r < 4; r++)
+            for (int i = 0; i < 32; i++) w[r][i] = (int16_t)F(r, i);
+    }
+    __m512i operator[](int r) const { return _mm512_load_si512(w[r]); }
+};
+// q2_K / q3_K register j (shift 2j): bytes 0..31 elements 32j + l, bytes
+// 32..63 elements 128 + 32j + l; word w's sub-block of 16:
+inline int idx_2bit(int j, int w) { return 8 * (w / 16) + 2 * j + (w % 16) / 8; }
+// q4_K / q5_K register r: elements 64 (r / 2) + 32 (r % 2) + ... in element order, sub-blocks of 32
+inline int idx_4bit(int r, int w) { return 2 * r + w / 16; }
+// q6_K register r: sub-blocks of 16
+inline int idx_6bit(int r, int w) { return 4 * r + w / 8; }
+
+template <int NR>
+inline const block_q8_K *act_row(const void *vy, size_t vrow, int r) {
+    return (const block_q8_K *)((const char *)vy + (size_t)r * vrow);
+}
+
+// q2_K: 16 sub-blocks of 16, 4-bit scales and mins; u = 2-bit quants.
+template <int NR>
+void dot_q2_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
+    static const word_index<idx_2bit> idx;
+    const block_q2_K *x = (const block_q2_K *)vx;
     const int64_t nb = n / QK_K;
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    // word w of register r: scale of sub-block 2r + w / 16
-    alignas(64) int16_t iw[4][32];
-    for (int r = 0; r < 4; r++)
-        for (int w = 0; w < 32; w++) iw[r][w] = (int16_t)(2 * r + w / 16);
-    __m512i idx[4];
-    for (int r = 0; r < 4; r++) idx[r] = _mm512_load_si512(iw[r]);
+    const __m512i m3 = _mm512_set1_epi8(3);
     __m512 acc = _mm512_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
     const int ahead = ggml_prefetch_distance;
     for (int64_t i = 0; i < nb; i++) {
-        ggml_prefetch_chunk(x + i, (int)sizeof(block_q4_K), ahead);
-        uint32_t a[3];
-        memcpy(a, x[i].scales, 12);
-        const uint32_t s_lo = a[0] & 0x3F3F3F3Fu, s_hi = (a[2] & 0x0F0F0F0Fu) | (((a[0] >> 6) & 0x03030303u) << 4);
-        const uint32_t m_lo = a[1] & 0x3F3F3F3Fu, m_hi = ((a[2] >> 4) & 0x0F0F0F0Fu) | (((a[1] >> 6) & 0x03030303u) << 4);
-        const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_setr_epi32((int)s_lo, (int)s_hi, 0, 0)));
-        const __m128i mn8 = _mm_setr_epi32((int)m_lo, (int)m_hi, 0, 0);
-        // sum over sub-blocks j of mn[j] * (bsums[2j] + bsums[2j+1])
-        const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums),
-                                               _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8)));
-        __m512i sumi = _mm512_setzero_si512();
-        for (int h = 0; h < 2; h++) {
-            const __m512i q = _mm512_loadu_si512(x[i].qs + 64 * h);
-            const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-            const __m512i ua = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
-            const __m512i ub = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
-            const __m512i pa = _mm512_maddubs_epi16(ua, _mm512_loadu_si512(y[i].qs + 128 * h));
-            const __m512i pb = _mm512_maddubs_epi16(ub, _mm512_loadu_si512(y[i].qs + 128 * h + 64));
-            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(pa, _mm512_permutexvar_epi16(idx[2 * h], sc)));
-            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(pb, _mm512_permutexvar_epi16(idx[2 * h + 1], sc)));
+        ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
+        const __m128i sv = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sv, _mm_set1_epi8(0x0F))));
+        const __m256i mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sv, 4), _mm_set1_epi8(0x0F)));
+        const __m512i q = _mm512_loadu_si512(x[i].qs);
+        __m512i u[4], scj[4];
+        for (int j = 0; j < 4; j++) {
+            u[j] = _mm512_and_si512(_mm512_srli_epi16(q, 2 * j), m3);
+            scj[j] = _mm512_permutexvar_epi16(idx[j], sc);
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(y[i].d * fp16(x[i].d)), _mm512_cvtepi32_ps(sumi), acc);
-        accm = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * fp16(x[i].dmin)), _mm256_cvtepi32_ps(mins), accm);
+        const float xd = fp16(x[i].d), xm = fp16(x[i].dmin);
+        for (int r = 0; r < NR; r++) {
+            const block_q8_K *y = act_row<NR>(vy, vrow, r) + i;
+            __m512i sumi = _mm512_setzero_si512();
+            for (int j = 0; j < 4; j++) {
+                const __m512i p = _mm512_maddubs_epi16(u[j], load2_256(y->qs + 32 * j, y->qs + 128 + 32 * j));
+                sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p, scj[j]));
+            }
+            const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn);
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), acc);
+            accm = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xm), _mm256_cvtepi32_ps(mins), accm);
+        }
     }
     *s = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(accm));
 }
 
-// q5_K: q4_K plus a fifth bit per quant (u = 0..31; maddubs pairs still fit in s16).
-void vec_dot_q5_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
-    const block_q5_K *x = (const block_q5_K *)vx;
-    const block_q8_K *y = (const block_q8_K *)vy;
+// q3_K: u = 2 low bits | hmask bit << 2 (0..7), value u - 4; 16 sub-blocks
+// of 16 with 6-bit scales stored plus 32. The 4 comes off in integers
+// through the block sums.
+template <int NR>
+void dot_q3_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
+    static const word_index<idx_2bit> idx;
+    const block_q3_K *x = (const block_q3_K *)vx;
     const int64_t nb = n / QK_K;
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    // word w of register r: scale of sub-block 2r + w / 16
-    alignas(64) int16_t iw[4][32];
-    for (int r = 0; r < 4; r++)
-        for (int w = 0; w < 32; w++) iw[r][w] = (int16_t)(2 * r + w / 16);
-    __m512i idx[4];
-    for (int r = 0; r < 4; r++) idx[r] = _mm512_load_si512(iw[r]);
+    const __m512i m3 = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1);
+    __m512 acc = _mm512_setzero_ps();
+    const int ahead = ggml_prefetch_distance;
+    for (int64_t i = 0; i < nb; i++) {
+        ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
+        uint32_t a[4];
+        memcpy(a, x[i].scales, 12);
+        const uint32_t k1 = 0x03030303, k2 = 0x0f0f0f0f, t = a[2];
+        a[2] = ((a[0] >> 4) & k2) | (((t >> 4) & k1) << 4);
+        a[3] = ((a[1] >> 4) & k2) | (((t >> 6) & k1) << 4);
+        a[0] = (a[0] & k2) | (((t >> 0) & k1) << 4);
+        a[1] = (a[1] & k2) | (((t >> 2) & k1) << 4);
+        const __m128i s8 = _mm_sub_epi8(_mm_setr_epi32((int)a[0], (int)a[1], (int)a[2], (int)a[3]), _mm_set1_epi8(32));
+        const __m256i sc16 = _mm256_cvtepi8_epi16(s8);
+        const __m512i sc = _mm512_castsi256_si512(sc16);
+        const __m512i q = _mm512_loadu_si512(x[i].qs);
+        // hmask bit c of byte l is element 32 c + l: the high half of each register wants bit 4 + j
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
+        const __m512i h2 = _mm512_inserti64x4(_mm512_castsi256_si512(hm), _mm256_srli_epi16(hm, 4), 1);
+        __m512i u[4], scj[4];
+        for (int j = 0; j < 4; j++) {
+            const __m512i hb = _mm512_and_si512(_mm512_srli_epi16(h2, j), one);
+            u[j] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 2 * j), m3), _mm512_slli_epi16(hb, 2));
+            scj[j] = _mm512_permutexvar_epi16(idx[j], sc);
+        }
+        const float xd = fp16(x[i].d);
+        for (int r = 0; r < NR; r++) {
+            const block_q8_K *y = act_row<NR>(vy, vrow, r) + i;
+            // - 4 sum_k sc_k bsums_k, in lanes 0..7
+            const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), sc16);
+            __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_zextsi256_si512(off), 2));
+            for (int j = 0; j < 4; j++) {
+                const __m512i p = _mm512_maddubs_epi16(u[j], load2_256(y->qs + 32 * j, y->qs + 128 + 32 * j));
+                sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p, scj[j]));
+            }
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), acc);
+        }
+    }
+    *s = _mm512_reduce_add_ps(acc);
+}
+
+// q4_K (Q5 = false) and q5_K (Q5 = true, a fifth bit per quant, u = 0..31):
+// 8 sub-blocks of 32 with 6-bit scales and mins. A 64-byte load of the
+// packed quants holds elements [64h, 64h+64) as low nibbles (first 32) and
+// high nibbles (next 32) of two 32-byte halves; a 128-bit lane shuffle puts
+// them in element order, so y is read with plain 64-byte loads.
+template <bool Q5, int NR>
+void dot_q45_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
+    static const word_index<idx_4bit> idx;
+    using BX = typename std::conditional<Q5, block_q5_K, block_q4_K>::type;
+    const BX *x = (const BX *)vx;
+    const int64_t nb = n / QK_K;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
     __m512 acc = _mm512_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
     const int ahead = ggml_prefetch_distance;
     for (int64_t i = 0; i < nb; i++) {
-        ggml_prefetch_chunk(x + i, (int)sizeof(block_q5_K), ahead);
+        ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
         uint32_t a[3];
         memcpy(a, x[i].scales, 12);
         const uint32_t s_lo = a[0] & 0x3F3F3F3Fu, s_hi = (a[2] & 0x0F0F0F0Fu) | (((a[0] >> 6) & 0x03030303u) << 4);
         const uint32_t m_lo = a[1] & 0x3F3F3F3Fu, m_hi = ((a[2] >> 4) & 0x0F0F0F0Fu) | (((a[1] >> 6) & 0x03030303u) << 4);
         const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_setr_epi32((int)s_lo, (int)s_hi, 0, 0)));
         const __m128i mn8 = _mm_setr_epi32((int)m_lo, (int)m_hi, 0, 0);
-        // sum over sub-blocks j of mn[j] * (bsums[2j] + bsums[2j+1])
-        const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums),
-                                               _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8)));
-        // fifth bits: bit (e / 32) of qh[e % 32]; the second copy is shifted by one so that
-        // one shift by 4h (2h + 1 for ub) serves both 32-element halves of a register
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
-        const __m512i q2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 1), 1);
-        const __m512i one = _mm512_set1_epi8(1);
-        __m512i sumi = _mm512_setzero_si512();
+        const __m256i mn = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8));  // min of sub-block k / 2 at word k
+        __m512i u[4], scr[4];
+        // q5_K fifth bits: bit (e / 32) of qh[e % 32]; the second copy is shifted by one so that
+        // one shift by 4h (2h + 1 for the second register) serves both 32-element halves
+        __m512i q2 = _mm512_setzero_si512();
+        if (Q5) {
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)((const block_q5_K *)(const void *)(x + i))->qh);
+            q2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 1), 1);
+        }
         for (int h = 0; h < 2; h++) {
             const __m512i q = _mm512_loadu_si512(x[i].qs + 64 * h);
             const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-            __m512i ua = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
-            __m512i ub = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
-            ua = _mm512_or_si512(ua, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(q2, 4 * h), one), 4));
-            ub = _mm512_or_si512(ub, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(q2, 4 * h + 2), one), 4));
-            const __m512i pa = _mm512_maddubs_epi16(ua, _mm512_loadu_si512(y[i].qs + 128 * h));
-            const __m512i pb = _mm512_maddubs_epi16(ub, _mm512_loadu_si512(y[i].qs + 128 * h + 64));
-            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(pa, _mm512_permutexvar_epi16(idx[2 * h], sc)));
-            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(pb, _mm512_permutexvar_epi16(idx[2 * h + 1], sc)));
+            u[2 * h] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
+            u[2 * h + 1] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
+            if (Q5) {
+                u[2 * h] = _mm512_or_si512(u[2 * h], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(q2, 4 * h), one), 4));
+                u[2 * h + 1] = _mm512_or_si512(u[2 * h + 1], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(q2, 4 * h + 2), one), 4));
+            }
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(y[i].d * fp16(x[i].d)), _mm512_cvtepi32_ps(sumi), acc);
-        accm = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * fp16(x[i].dmin)), _mm256_cvtepi32_ps(mins), accm);
+        for (int k = 0; k < 4; k++) scr[k] = _mm512_permutexvar_epi16(idx[k], sc);
+        const float xd = fp16(x[i].d), xm = fp16(x[i].dmin);
+        for (int r = 0; r < NR; r++) {
+            const block_q8_K *y = act_row<NR>(vy, vrow, r) + i;
+            // sum over sub-blocks j of mn[j] * (bsums[2j] + bsums[2j+1])
+            const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn);
+            __m512i sumi = _mm512_setzero_si512();
+            for (int k = 0; k < 4; k++)
+                sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(u[k], _mm512_loadu_si512(y->qs + 64 * k)), scr[k]));
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), acc);
+            accm = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xm), _mm256_cvtepi32_ps(mins), accm);
+        }
     }
     *s = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(accm));
 }
@@ -219,81 +297,98 @@ void vec_dot_q5_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
 // q6_K: 16 sub-blocks of 16 with int8 scales; u = 4 low bits | 2 high bits
 // << 4 (0..63), value u - 32: the 32 is taken off through the block sums in
 // integers, so each superblock is one exact s32 sum as in the reference.
-void vec_dot_q6_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
+template <int NR>
+void dot_q6_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
+    static const word_index<idx_6bit> idx;
     const block_q6_K *x = (const block_q6_K *)vx;
-    const block_q8_K *y = (const block_q8_K *)vy;
     const int64_t nb = n / QK_K;
     const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
-    // word w of register r: scale of sub-block 4r + w / 8
-    alignas(64) int16_t iw[4][32];
-    for (int r = 0; r < 4; r++)
-        for (int w = 0; w < 32; w++) iw[r][w] = (int16_t)(4 * r + w / 8);
-    __m512i idx[4];
-    for (int r = 0; r < 4; r++) idx[r] = _mm512_load_si512(iw[r]);
     __m512 acc = _mm512_setzero_ps();
     const int ahead = ggml_prefetch_distance;
     for (int64_t i = 0; i < nb; i++) {
-        ggml_prefetch_chunk(x + i, (int)sizeof(block_q6_K), ahead);
+        ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
         const __m512i sc = _mm512_castsi256_si512(sc16);
-        const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), sc16);
-        __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_zextsi256_si512(off), 5));
+        __m512i u[4], scr[4];
         for (int h = 0; h < 2; h++) {
             const __m512i l = _mm512_loadu_si512(x[i].ql + 64 * h);
             const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
             // high-bit pairs of the first 32 elements in bits 0-1, of the next 32 in bits 2-3 (>> 2)
             const __m512i q2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
-            const __m512i ua = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(q2, m3), 4));
-            const __m512i ub = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
-                                               _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(q2, 4), m3), 4));
-            const __m512i pa = _mm512_maddubs_epi16(ua, _mm512_loadu_si512(y[i].qs + 128 * h));
-            const __m512i pb = _mm512_maddubs_epi16(ub, _mm512_loadu_si512(y[i].qs + 128 * h + 64));
-            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(pa, _mm512_permutexvar_epi16(idx[2 * h], sc)));
-            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(pb, _mm512_permutexvar_epi16(idx[2 * h + 1], sc)));
+            u[2 * h] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(q2, m3), 4));
+            u[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                           _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(q2, 4), m3), 4));
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(y[i].d * fp16(x[i].d)), _mm512_cvtepi32_ps(sumi), acc);
+        for (int k = 0; k < 4; k++) scr[k] = _mm512_permutexvar_epi16(idx[k], sc);
+        const float xd = fp16(x[i].d);
+        for (int r = 0; r < NR; r++) {
+            const block_q8_K *y = act_row<NR>(vy, vrow, r) + i;
+            const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), sc16);
+            __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_zextsi256_si512(off), 5));
+            for (int k = 0; k < 4; k++)
+                sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(u[k], _mm512_loadu_si512(y->qs + 64 * k)), scr[k]));
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), acc);
+        }
     }
     *s = _mm512_reduce_add_ps(acc);
 }
 
+void vec_dot_q2_K_q8_K(int64_t n, float *s, const void *x, const void *y) { dot_q2_K<1>(n, s, x, y, 0); }
+void vec_dot_q3_K_q8_K(int64_t n, float *s, const void *x, const void *y) { dot_q3_K<1>(n, s, x, y, 0); }
+void vec_dot_q4_K_q8_K(int64_t n, float *s, const void *x, const void *y) { dot_q45_K<false, 1>(n, s, x, y, 0); }
+void vec_dot_q5_K_q8_K(int64_t n, float *s, const void *x, const void *y) { dot_q45_K<true, 1>(n, s, x, y, 0); }
+void vec_dot_q6_K_q8_K(int64_t n, float *s, const void *x, const void *y) { dot_q6_K<1>(n, s, x, y, 0); }
+
 // Plain float types: 64 elements per iteration in four accumulators, a
-// masked load for the tail.
+// masked load for the tail. NR activation rows (2: a row and its residual,
+// vrow bytes further on) are summed before the multiply: the residual of an
+// fp16 / bf16 row is below half its unit in the last place, so row +
+// residual is exact in f32 and one fma serves both.
 // w: the weights, wsize bytes an element (prefetched).
-template <typename Load>
+template <int NR, typename Load>
 inline float dot_float(int64_t n, Load load, const void *w, int wsize) {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    auto act = [&](int64_t i, __mmask16 m) {
+        __m512 v = load(i, m, 1);
+        if (NR == 2) v = _mm512_add_ps(v, load(i, m, 2));
+        return v;
+    };
     const int ahead = ggml_prefetch_distance;
     int64_t i = 0;
     for (; i + 64 <= n; i += 64) {
         ggml_prefetch_chunk((const char *)w + i * wsize, 64 * wsize, ahead);
-        a0 = _mm512_fmadd_ps(load(i, 0xFFFF), load(i, 0xFFFF, 1), a0);
-        a1 = _mm512_fmadd_ps(load(i + 16, 0xFFFF), load(i + 16, 0xFFFF, 1), a1);
-        a2 = _mm512_fmadd_ps(load(i + 32, 0xFFFF), load(i + 32, 0xFFFF, 1), a2);
-        a3 = _mm512_fmadd_ps(load(i + 48, 0xFFFF), load(i + 48, 0xFFFF, 1), a3);
+        a0 = _mm512_fmadd_ps(load(i, 0xFFFF, 0), act(i, 0xFFFF), a0);
+        a1 = _mm512_fmadd_ps(load(i + 16, 0xFFFF, 0), act(i + 16, 0xFFFF), a1);
+        a2 = _mm512_fmadd_ps(load(i + 32, 0xFFFF, 0), act(i + 32, 0xFFFF), a2);
+        a3 = _mm512_fmadd_ps(load(i + 48, 0xFFFF, 0), act(i + 48, 0xFFFF), a3);
     }
     for (; i < n; i += 16) {
         const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-        a0 = _mm512_fmadd_ps(load(i, m), load(i, m, 1), a0);
+        a0 = _mm512_fmadd_ps(load(i, m, 0), act(i, m), a0);
     }
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
-void vec_dot_f32(int64_t n, float *s, const void *vx, const void *vy) {
-    const float *p[2] = {(const float *)vx, (const float *)vy};
-    *s = dot_float(n, [&](int64_t i, __mmask16 m, int w = 0) { return _mm512_maskz_loadu_ps(m, p[w] + i); }, vx, 4);
+template <int NR>
+void dot_f32(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
+    const float *p[3] = {(const float *)vx, (const float *)vy, (const float *)((const char *)vy + vrow)};
+    *s = dot_float<NR>(n, [&](int64_t i, __mmask16 m, int w) { return _mm512_maskz_loadu_ps(m, p[w] + i); }, vx, 4);
 }
-
-void vec_dot_f16(int64_t n, float *s, const void *vx, const void *vy) {
-    const ggml_fp16_t *p[2] = {(const ggml_fp16_t *)vx, (const ggml_fp16_t *)vy};
-    *s = dot_float(n, [&](int64_t i, __mmask16 m, int w = 0) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p[w] + i)); }, vx, 2);
+template <int NR>
+void dot_f16(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
+    const ggml_fp16_t *p[3] = {(const ggml_fp16_t *)vx, (const ggml_fp16_t *)vy, (const ggml_fp16_t *)((const char *)vy + vrow)};
+    *s = dot_float<NR>(n, [&](int64_t i, __mmask16 m, int w) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p[w] + i)); }, vx, 2);
 }
-
-void vec_dot_bf16(int64_t n, float *s, const void *vx, const void *vy) {
-    const ggml_bf16_t *p[2] = {(const ggml_bf16_t *)vx, (const ggml_bf16_t *)vy};
-    *s = dot_float(n, [&](int64_t i, __mmask16 m, int w = 0) {
+template <int NR>
+void dot_bf16(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
+    const ggml_bf16_t *p[3] = {(const ggml_bf16_t *)vx, (const ggml_bf16_t *)vy, (const ggml_bf16_t *)((const char *)vy + vrow)};
+    *s = dot_float<NR>(n, [&](int64_t i, __mmask16 m, int w) {
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p[w] + i)), 16));
     }, vx, 2);
 }
+void vec_dot_f32(int64_t n, float *s, const void *x, const void *y) { dot_f32<1>(n, s, x, y, 0); }
+void vec_dot_f16(int64_t n, float *s, const void *x, const void *y) { dot_f16<1>(n, s, x, y, 0); }
+void vec_dot_bf16(int64_t n, float *s, const void *x, const void *y) { dot_bf16<1>(n, s, x, y, 0); }
 
 // ---------------------------------------------------------------- q8x
 
@@ -507,10 +602,22 @@ const ggml_q8x_kernels *ggml_cpu_q8x_avx512(void) {
     return &q;
 }
 
+void ggml_cpu_set_dot_resid_avx512(ggml_vec_dot2_t *t) {
+    t[GGML_TYPE_Q2_K] = dot_q2_K<2>;
+    t[GGML_TYPE_Q3_K] = dot_q3_K<2>;
+    t[GGML_TYPE_Q4_K] = dot_q45_K<false, 2>;
+    t[GGML_TYPE_Q5_K] = dot_q45_K<true, 2>;
+    t[GGML_TYPE_Q6_K] = dot_q6_K<2>;
+    t[GGML_TYPE_F16] = dot_f16<2>;
+    t[GGML_TYPE_BF16] = dot_bf16<2>;
+}
+
 void ggml_cpu_set_kernels_avx512(struct ggml_type_traits *t, bool has_bf16) {
     ggml_cpu_set_kernels_avx2(t);
     t[GGML_TYPE_Q4_0].vec_dot = vec_dot_q4_0_q8_0;
     t[GGML_TYPE_Q8_0].vec_dot = vec_dot_q8_0_q8_0;
+    t[GGML_TYPE_Q2_K].vec_dot = vec_dot_q2_K_q8_K;
+    t[GGML_TYPE_Q3_K].vec_dot = vec_dot_q3_K_q8_K;
     t[GGML_TYPE_Q4_K].vec_dot = vec_dot_q4_K_q8_K;
     t[GGML_TYPE_Q5_K].vec_dot = vec_dot_q5_K_q8_K;
     t[GGML_TYPE_Q6_K].vec_dot = vec_dot_q6_K_q8_K;

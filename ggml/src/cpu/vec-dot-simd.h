@@ -15,6 +15,17 @@ void ggml_cpu_set_kernels_avx2(struct ggml_type_traits *table);
 void ggml_cpu_set_kernels_avx512(struct ggml_type_traits *table, bool has_bf16);
 #endif
 
+// GGML_PREC_HIGH for the types without a q8xh layout: s = dot(x, y) +
+// dot(x, y + vrow), one weight row against an activation row and its
+// converted residual vrow bytes after it (ops.h), the weights unpacked once
+// for both. Equal to the two vec_dot calls up to float summation order.
+typedef void (*ggml_vec_dot2_t)(int64_t n, float *s, const void *x, const void *y, size_t vrow);
+#ifdef GGML_SIMD_X86
+void ggml_cpu_set_dot_resid_avx512(ggml_vec_dot2_t *table);  // indexed by ggml_type
+#endif
+// The fused kernel dispatch picked for type t, or NULL (two vec_dot calls).
+ggml_vec_dot2_t ggml_cpu_dot_resid(enum ggml_type t);
+
 // Weight streams: on the VMs we run on, the hardware prefetchers alone leave
 // a mat-vec that also computes well short of the read bandwidth (Intel Xeon
 // VM, 2 threads: Q4_0 55% -> 91%, Q4_K 42% -> 90% of it with software
