@@ -236,6 +236,20 @@ void dot_q3_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
     *s = _mm512_reduce_add_ps(acc);
 }
 
+// The 12 bytes of 6-bit scales and mins of q4_K / q5_K (the 4 bytes after
+// them are read too: the quants follow) -> bytes 0..7 scales of the 8
+// sub-blocks, bytes 8..15 their mins, in vector ops (scalar unpacking and
+// inserts cost more than a superblock's dot products).
+inline __m128i scales_q45(const uint8_t *p) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)p);  // dwords a0 a1 a2
+    // [a0 & 3F, a2 & 0F, a1 & 3F, (a2 >> 4) & 0F] | [0, (a0 >> 2) & 30, 0, (a1 >> 2) & 30]
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)), _mm_setr_epi32(0, 0, 0, 4)),
+                                     _mm_setr_epi32(0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0)), 2),
+                                     _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm_or_si128(lo, hi);
+}
+
 // q4_K (Q5 = false) and q5_K (Q5 = true, a fifth bit per quant, u = 0..31):
 // 8 sub-blocks of 32 with 6-bit scales and mins. A 64-byte load of the
 // packed quants holds elements [64h, 64h+64) as low nibbles (first 32) and
@@ -253,13 +267,9 @@ void dot_q45_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow)
     const int ahead = ggml_prefetch_distance;
     for (int64_t i = 0; i < nb; i++) {
         ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
-        uint32_t a[3];
-        memcpy(a, x[i].scales, 12);
-        const uint32_t s_lo = a[0] & 0x3F3F3F3Fu, s_hi = (a[2] & 0x0F0F0F0Fu) | (((a[0] >> 6) & 0x03030303u) << 4);
-        const uint32_t m_lo = a[1] & 0x3F3F3F3Fu, m_hi = ((a[2] >> 4) & 0x0F0F0F0Fu) | (((a[1] >> 6) & 0x03030303u) << 4);
-        const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_setr_epi32((int)s_lo, (int)s_hi, 0, 0)));
-        const __m128i mn8 = _mm_setr_epi32((int)m_lo, (int)m_hi, 0, 0);
-        const __m256i mn = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8));  // min of sub-block k / 2 at word k
+        const __m128i sm = scales_q45(x[i].scales);
+        const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
+        const __m256i mn = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));  // min of sub-block k / 2 at word k
         __m512i u[4], scr[4];
         // q5_K fifth bits: bit (e / 32) of qh[e % 32]; the second copy is shifted by one so that
         // one shift by 4h (2h + 1 for the second register) serves both 32-element halves
