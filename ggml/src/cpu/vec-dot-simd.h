@@ -108,8 +108,9 @@ struct ggml_q8x_kernels {
     ggml_q8x_dot_t dot_hi[GGML_TYPE_COUNT];
 };
 #ifdef GGML_SIMD_X86
+const struct ggml_q8x_kernels *ggml_cpu_q8x_avx2(void);        // needs the AVX2 family
 const struct ggml_q8x_kernels *ggml_cpu_q8x_avx512(void);      // needs the AVX-512 family
 const struct ggml_q8x_kernels *ggml_cpu_q8x_avx512vbmi(void);  // ... and AVX-512 VBMI
 #endif
-// The q8x kernels dispatch picked for this CPU, or NULL (no AVX-512 VNNI).
+// The q8x kernels dispatch picked for this CPU, or NULL (scalar).
 const struct ggml_q8x_kernels *ggml_cpu_q8x(void);
