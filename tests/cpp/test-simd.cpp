@@ -371,6 +371,9 @@ int main() {
         test_dots("avx2", ref, t2);
         test_quantizers("avx2", ref, t2);
         test_q8x("avx2", ref, ggml_cpu_q8x_avx2());
+        std::vector<ggml_vec_dot2_t> d2(GGML_TYPE_COUNT, nullptr);
+        ggml_cpu_set_dot_resid_avx2(d2.data());
+        test_dot_resid("avx2", ref, d2.data());
         families++;
     } else {
         printf("SKIP avx2 family: CPU lacks AVX2/FMA/F16C\n");

@@ -63,6 +63,7 @@ extern "C" const char *ggml_cpu_init_kernels(struct ggml_type_traits *table) {
     if (avx2 && cap >= 1) {
         ggml_cpu_set_kernels_avx2(table);
         g_q8x = ggml_cpu_q8x_avx2();
+        ggml_cpu_set_dot_resid_avx2(g_dot2);
         snprintf(g_variant, sizeof(g_variant), "avx2 (FMA, F16C%s)", capped);
         return "avx2";
     }

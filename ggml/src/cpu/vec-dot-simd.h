@@ -21,7 +21,8 @@ void ggml_cpu_set_kernels_avx512(struct ggml_type_traits *table, bool has_bf16);
 // for both. Equal to the two vec_dot calls up to float summation order.
 typedef void (*ggml_vec_dot2_t)(int64_t n, float *s, const void *x, const void *y, size_t vrow);
 #ifdef GGML_SIMD_X86
-void ggml_cpu_set_dot_resid_avx512(ggml_vec_dot2_t *table);  // indexed by ggml_type
+void ggml_cpu_set_dot_resid_avx2(ggml_vec_dot2_t *table);    // indexed by ggml_type
+void ggml_cpu_set_dot_resid_avx512(ggml_vec_dot2_t *table);
 #endif
 // The fused kernel dispatch picked for type t, or NULL (two vec_dot calls).
 ggml_vec_dot2_t ggml_cpu_dot_resid(enum ggml_type t);
