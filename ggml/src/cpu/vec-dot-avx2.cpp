@@ -832,8 +832,8 @@ ggml_q8x_kernels make_q8x_avx2() {
     q.dot_hi[GGML_TYPE_Q5_0] = dot_q8x_avx2_n<X2_q5_0, true>;
     q.dot_hi[GGML_TYPE_Q5_1] = dot_q8x_avx2_n<X2_q5_1, true>;
     q.dot_hi[GGML_TYPE_Q8_0] = dot_q8x_avx2_n<X2_q8_0, true>;
-    // mat-vec too where the layout beats vec_dot (measured, Xeon VM: the
-    // 4-bit types; q8_0's vec_dot streams as fast)
+    // mat-vec too: in cache, one column, faster than this family's vec_dot
+    // for every type (Xeon VM: q4_0 14 vs 8, q8_0 25 vs 20 GB/s)
     for (ggml_type t : {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0}) q.matvec[t] = true;
     return q;
 }
