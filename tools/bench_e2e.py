@@ -45,7 +45,7 @@ def loadavg() -> float:
 
 def cpu_model() -> str:
     try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, errors="replace").stdout
         m = re.search(r"Model name:\s*(.+)", out)
         return m.group(1).strip() if m else platform.processor()
     except OSError:
@@ -68,7 +68,7 @@ def runtime_sparsity(stats_stderr: str) -> float:
 class Pinfer:
     def __init__(self, cli: str, n: int, precision=None):
         self.cli, self.n, self.precision = cli, n, precision
-        help_text = subprocess.run([cli, "--help"], capture_output=True, text=True).stdout
+        help_text = subprocess.run([cli, "--help"], capture_output=True, text=True, errors="replace").stdout
         self.has_sparse = "--sparse " in help_text or "--sparse MODE" in help_text
         self.has_stats = "--sparse-stats" in help_text
 
@@ -84,7 +84,7 @@ class Pinfer:
     def run(self, model: str, mode: str, threads: int, n=None, extra=()):
         """(decode tok/s, generated text, stderr)."""
         c = self.cmd(model, mode, n or self.n, threads, extra)
-        p = subprocess.run(c, capture_output=True, text=True)
+        p = subprocess.run(c, capture_output=True, text=True, errors="replace")
         if p.returncode != 0:
             raise RuntimeError(f"{' '.join(c)} failed ({p.returncode}):\n{p.stderr[-2000:]}")
         m = EVAL_RE.findall(p.stderr)
@@ -97,7 +97,7 @@ class Pinfer:
 def llama_bench(path: str, model: str, threads: int, n_prompt: int, n_gen: int, extra=()) -> float:
     c = [path, "-m", model, "-p", str(n_prompt), "-n", str(n_gen), "-t", str(threads), "-r", "1", "-o", "json",
          *extra]
-    p = subprocess.run(c, capture_output=True, text=True)
+    p = subprocess.run(c, capture_output=True, text=True, errors="replace")
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(c)} failed ({p.returncode}):\n{p.stderr[-2000:]}")
     rows = json.loads(p.stdout)

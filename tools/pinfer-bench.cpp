@@ -2,13 +2,17 @@
 // measured in the same run.
 //
 //   pinfer-bench matvec [--types f16,q8_0,q4_0,q4_K,q6_K] [--threads 1,2] [--gib 2] [--reps 5]
+//                       [--precision fast,high] [--cached]
 //   pinfer-bench model -m FILE [-p 64,512] [-n 64] [-t 2] [-r 3]
 //
 // matvec: y = W x with LLaMA-7B FFN shapes (4096x11008 and 11008x4096),
 // cycling through enough distinct weight matrices (--gib of them per type) to
 // defeat the last-level cache, computed by ggml_graph_compute on a persistent
-// thread pool. Reports the effective GB/s of weight bytes read beside a plain
-// memory-read bandwidth (vector sum over the same buffer, same thread count).
+// thread pool, at each --precision (high: GGML_PREC_HIGH on every product,
+// the q8xh activations where the type has them). Reports the effective GB/s
+// of weight bytes read beside a plain memory-read bandwidth (vector sum over
+// the same buffer, same thread count), the CPU model and the kernel variant
+// (PINFER_CPU=avx2 runs the AVX2 family on an AVX-512 CPU).
 //
 // model: end to end through the C API (src/pinfer.h). "pp P": one decode of a
 // P-token prompt into an empty KV cache (tok/s = P / time); "tg N": N decodes
@@ -49,6 +53,25 @@ std::vector<std::string> split(const std::string &s) {
 
 // ---- plain read bandwidth: every thread sums its slice (bench-read.h) ----
 
+// The CPU model as /proc/cpuinfo names it ("unknown" elsewhere).
+std::string cpu_model() {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return "unknown";
+    char line[512];
+    std::string name = "unknown";
+    while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "model name", 10) != 0) continue;
+        const char *c = strchr(line, ':');
+        if (!c) continue;
+        name = c + 1;
+        while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+        while (!name.empty() && name.front() == ' ') name.erase(0, 1);
+        break;
+    }
+    fclose(f);
+    return name;
+}
+
 // Best of `passes` full reads of buf with nt threads, in GB/s.
 double read_bandwidth(const uint8_t *buf, size_t bytes, int nt, int passes) {
     double best = 0;
@@ -71,16 +94,24 @@ double read_bandwidth(const uint8_t *buf, size_t bytes, int nt, int passes) {
 
 struct matvec_result {
     int n_mat;
-    double gbs;
+    double gbs, read_gbs;
 };
 
 // Fill buf with n_mat weight matrices of type t (alternating the two shapes),
-// build one graph of n_mat mat-vecs and time it on the pool.
-matvec_result bench_matvec(ggml_type t, uint8_t *buf, size_t bytes, ggml_threadpool *tp, int reps) {
-    const int64_t D = 4096, F = 11008;
+// build one graph of n_mat mat-vecs and time it on the pool (nt threads).
+// Each pass is followed by a plain read of the same buffer with as many
+// threads, so that both see the same machine state (the memory bandwidth of
+// a shared VM moves from second to second); best of reps of each.
+// cached: the kernels' compute ceiling instead: 64 mat-vecs over one matrix
+// of 4096 x R (R: about 1 MiB of weights, resident in L2), so memory plays no
+// part (the read column is then the DRAM read, for scale).
+matvec_result bench_matvec(ggml_type t, uint8_t *buf, size_t bytes, ggml_threadpool *tp, int nt, int reps, bool high,
+                           bool cached) {
+    const int64_t D = 4096;
+    const int64_t F = cached ? std::max<int64_t>(64, ((int64_t)1 << 20) / (int64_t)ggml_row_size(t, D) / 64 * 64) : 11008;
     const size_t mat_bytes = ggml_row_size(t, D) * F;  // same for both shapes
     const size_t stride = (mat_bytes + 4095) / 4096 * 4096;
-    const int n_mat = (int)(bytes / stride);
+    const int n_mat = cached ? 64 : (int)(bytes / stride);
 
     // random quantized data: a block of 64 quantized rows of length D, repeated
     // (whole blocks, so every matrix holds valid blocks of type t)
@@ -91,7 +122,7 @@ matvec_result bench_matvec(ggml_type t, uint8_t *buf, size_t bytes, ggml_threadp
     for (auto &v : f) v = nd(rng);
     std::vector<uint8_t> tmpl(ggml_row_size(t, D) * trows);
     ggml_quantize_chunk(t, f.data(), tmpl.data(), trows, D);
-    for (int m = 0; m < n_mat; m++) {
+    for (int m = 0; m < (cached ? 1 : n_mat); m++) {
         uint8_t *dst = buf + (size_t)m * stride;
         for (size_t off = 0; off < mat_bytes; off += tmpl.size())
             memcpy(dst + off, tmpl.data(), std::min(tmpl.size(), mat_bytes - off));
@@ -111,10 +142,12 @@ matvec_result bench_matvec(ggml_type t, uint8_t *buf, size_t bytes, ggml_threadp
     ggml_context *gctx = ggml_init(gp);
     ggml_cgraph *g = ggml_new_graph_custom(gctx, gsize);
     for (int m = 0; m < n_mat; m++) {
-        const bool up = m % 2 == 0;  // up/gate: [D in, F out]; down: [F in, D out]
+        const bool up = cached || m % 2 == 0;  // up/gate: [D in, F out]; down: [F in, D out]
         ggml_tensor *w = ggml_new_tensor_2d(wctx, t, up ? D : F, up ? F : D);
-        w->data = buf + (size_t)m * stride;
-        ggml_build_forward_expand(g, ggml_mul_mat(gctx, w, up ? xd : xf));
+        w->data = buf + (cached ? 0 : (size_t)m * stride);
+        ggml_tensor *y = ggml_mul_mat(gctx, w, up ? xd : xf);
+        if (high) ggml_set_prec(y, GGML_PREC_HIGH);
+        ggml_build_forward_expand(g, y);
     }
     ggml_gallocr *ga = ggml_gallocr_new();
     if (!ggml_gallocr_alloc_graph(ga, g)) {
@@ -125,22 +158,33 @@ matvec_result bench_matvec(ggml_type t, uint8_t *buf, size_t bytes, ggml_threadp
         fprintf(stderr, "pinfer-bench: graph compute failed\n");
         exit(1);
     }
-    double best = 1e30;
+    // cached on one thread: CPU time (the kernel's speed while it runs, even
+    // when other jobs take the core away from it part of the time)
+    auto clock = [&] {
+        if (!(cached && nt == 1)) return now();
+        timespec ts;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+        return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    };
+    double best = 1e30, rd = 0;
     for (int r = 0; r < reps; r++) {
-        const double t0 = now();
+        const double t0 = clock();
         ggml_graph_compute(g, tp);
-        best = std::min(best, now() - t0);
+        best = std::min(best, clock() - t0);
+        rd = std::max(rd, read_bandwidth(buf, bytes, nt, 1));
     }
     ggml_gallocr_free(ga);
     ggml_free(gctx);
     ggml_free(ictx);
     ggml_free(wctx);
-    return {n_mat, (double)mat_bytes * n_mat / best / 1e9};
+    return {n_mat, (double)mat_bytes * n_mat / best / 1e9, rd};
 }
 
 int cmd_matvec(int argc, char **argv) {
     std::vector<std::string> types = {"f16", "q8_0", "q4_0", "q4_K", "q6_K"};
     std::vector<int> threads = {1, 2};
+    std::vector<std::string> precisions = {"fast", "high"};
+    bool cached = false;
     double gib = 2.0;
     int reps = 5;
     for (int i = 0; i < argc; i++) {
@@ -158,6 +202,8 @@ int cmd_matvec(int argc, char **argv) {
             for (const auto &s : split(val())) threads.push_back(atoi(s.c_str()));
         } else if (a == "--gib") gib = atof(val().c_str());
         else if (a == "--reps") reps = atoi(val().c_str());
+        else if (a == "--precision") precisions = split(val());
+        else if (a == "--cached") cached = true;
         else {
             fprintf(stderr, "pinfer-bench matvec: unknown option '%s'\n", a.c_str());
             return 2;
@@ -178,6 +224,11 @@ int cmd_matvec(int argc, char **argv) {
             fprintf(stderr, "pinfer-bench: bad thread count %d\n", nt);
             return 2;
         }
+    for (const auto &p : precisions)
+        if (p != "fast" && p != "high") {
+            fprintf(stderr, "pinfer-bench: bad --precision '%s' (fast, high or both: fast,high)\n", p.c_str());
+            return 2;
+        }
     if (!(gib > 0.01 && gib < 1024) || reps < 1) {
         fprintf(stderr, "pinfer-bench: bad --gib or --reps\n");
         return 2;
@@ -190,18 +241,23 @@ int cmd_matvec(int argc, char **argv) {
     }
     memset(buf, 1, bytes);  // fault the pages in before timing
 
-    printf("matvec: y = W x, W in LLaMA-7B FFN shapes 4096x11008 / 11008x4096, %.2f GiB of weights per type, "
-           "kernels %s, best of %d passes\n", gib, ggml_cpu_backend_name(), reps);
-    printf("%-8s %-6s %9s %12s %12s %7s\n", "threads", "type", "matrices", "weight GB/s", "read GB/s", "ratio");
+    printf("matvec: y = W x, W in LLaMA-7B FFN shapes 4096x11008 / 11008x4096, %.2f GiB of weights per type, best of %d passes, each followed by a plain read\n",
+           gib, reps);
+    printf("cpu: %s; kernels: %s\n", cpu_model().c_str(), ggml_cpu_kernel_variant());
+    if (cached)
+        printf("--cached: 64 mat-vecs over one L2-resident 4096 x R matrix per type (the kernels' compute ceiling; "
+               "1 thread: timed in process CPU time)\n");
+    printf("%-8s %-6s %-5s %9s %12s %12s %7s\n", "threads", "type", "prec", "matrices", "weight GB/s", "read GB/s", "ratio");
     for (int nt : threads) {
         ggml_threadpool *tp = ggml_threadpool_new(nt);
-        for (ggml_type t : tv) {
-            const matvec_result r = bench_matvec(t, buf, bytes, tp, reps);
-            // the baseline right after, over the same buffer, so both see the same machine state
-            const double rd = read_bandwidth(buf, bytes, nt, reps);
-            printf("%-8d %-6s %9d %12.2f %12.2f %6.0f%%\n", nt, ggml_type_name(t), r.n_mat, r.gbs, rd, 100.0 * r.gbs / rd);
-            fflush(stdout);
-        }
+        for (ggml_type t : tv)
+            for (const auto &prec : precisions) {
+                const matvec_result r = bench_matvec(t, buf, bytes, tp, nt, reps, prec == "high", cached);
+                const double rd = r.read_gbs;
+                printf("%-8d %-6s %-5s %9d %12.2f %12.2f %6.0f%%\n", nt, ggml_type_name(t), prec.c_str(), r.n_mat, r.gbs, rd,
+                       100.0 * r.gbs / rd);
+                fflush(stdout);
+            }
         ggml_threadpool_free(tp);
     }
     free(buf);
@@ -327,6 +383,7 @@ int cmd_model(int argc, char **argv) {
 void usage() {
     fprintf(stderr,
             "usage: pinfer-bench matvec [--types f16,q8_0,q4_0,q4_K,q6_K] [--threads 1,2] [--gib 2] [--reps 5]\n"
+            "                           [--precision fast,high] [--cached]   (PINFER_CPU=avx2: the AVX2 kernels)\n"
             "       pinfer-bench model -m FILE [-p 64,512] [-n 64] [-t 2] [-r 3]\n");
 }
 

@@ -28,6 +28,9 @@ const struct ggml_cpu_type_traits *ggml_get_cpu_type_traits(enum ggml_type type)
 const char *ggml_cpu_backend_name(void);
 // Force the portable scalar kernels (for tests): 1 = scalar, 0 = best available.
 void ggml_cpu_force_scalar(int on);
+// The kernel family in words (which q8x weight loader, whether PINFER_CPU
+// capped it), for benchmark reports.
+const char *ggml_cpu_kernel_variant(void);
 
 // The CPU's dense-vs-sparse crossover (ggml_sparse_dense_policy): densities
 // measured with pinfer-bench-sparse (docs/sparse-bench.md).

@@ -8,7 +8,7 @@
 // float rounding. A looser check against the exact activations bounds the
 // total error too. With GGML_PREC_HIGH the reference activations are the
 // converted row plus its converted residual (for the types with q8xh kernels on
-// AVX-512: the residual on the grid df/128 that layout defines), and the bound
+// the SIMD families: the residual on the grid df/128 that layout defines), and the bound
 // against the exact product is 60x tighter.
 
 #include <math.h>
@@ -65,11 +65,11 @@ static void q8xh_values(const float *x, float *out, int64_t k) {
     }
 }
 
-// Does this product run on a q8xh kernel? (AVX-512 kernels, the q4/q5/q8_0 family)
+// Does this product run on a q8xh kernel? (the SIMD families, the q4/q5/q8_0 types)
 static bool uses_q8xh(ggml_type t, int64_t K) {
     const bool family = t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1 ||
                         t == GGML_TYPE_Q8_0;
-    return family && K % 32 == 0 && strncmp(ggml_cpu_backend_name(), "avx512", 6) == 0;
+    return family && K % 32 == 0 && strcmp(ggml_cpu_backend_name(), "scalar") != 0;
 }
 
 // a [K, M, A2, A3] of type t, b [K, N, B2, B3] F32 in the given layout.

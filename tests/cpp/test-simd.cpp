@@ -4,6 +4,7 @@
 // byte for byte.
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <random>
@@ -132,6 +133,44 @@ static void test_dots(const char *family, const table &ref, const table &fast) {
     CHECK(n_simd > 0, "%s: no SIMD kernels installed", family);
 }
 
+// The fused GGML_PREC_HIGH kernels: one weight row against an activation row
+// and its residual (vrow bytes after it) = the sum of the two reference dots.
+static void test_dot_resid(const char *family, const table &ref, const ggml_vec_dot2_t *d2) {
+    int n_types = 0;
+    for (ggml_type t : k_weight_types) {
+        if (!d2[t]) continue;
+        n_types++;
+        const ggml_cpu_type_traits &R = ref.t[t];
+        const int64_t bs = core(t).blck_size;
+        int cases = 0;
+        for (int64_t nb : {1, 2, 3, 5, 16, 17, 43}) {
+            const int64_t n = nb * (bs == 1 ? 64 : bs) + (bs == 1 ? nb % 7 : 0);
+            const std::vector<float> xf = randn(n), yf = randn(n, nb % 2 ? 30.0f : 1.0f);
+            const std::vector<uint8_t> xq = quantize_ref(ref, t, xf);
+            // the row, then its residual at an odd-sized stride
+            const size_t vrow = ggml_row_size(R.vec_dot_type, n) + 8;
+            std::vector<uint8_t> y(2 * vrow + 64);
+            core(R.vec_dot_type).from_float_ref(yf.data(), y.data(), n);
+            const std::vector<float> yd = dequant(ref, R.vec_dot_type, y, n);
+            std::vector<float> res(n);
+            for (int64_t i = 0; i < n; i++) res[i] = yf[i] - yd[i];
+            core(R.vec_dot_type).from_float_ref(res.data(), y.data() + vrow, n);
+            float s0 = 0, s1 = 0, got = 0;
+            R.vec_dot_ref(n, &s0, xq.data(), y.data());
+            R.vec_dot_ref(n, &s1, xq.data(), y.data() + vrow);
+            d2[t](n, &got, xq.data(), y.data(), vrow);
+            const std::vector<float> xd = dequant(ref, t, xq, n);
+            double mag = 0;
+            for (int64_t i = 0; i < n; i++) mag += fabs((double)xd[i] * yf[i]);
+            const double want = (double)s0 + s1, err = fabs(want - got);
+            CHECK(err <= 2e-6 * mag + 1e-30, "%s dot_resid %s n=%lld: ref %.9g fused %.9g", family, core(t).name, (long long)n, want, got);
+            cases++;
+        }
+        printf("  %-6s %-5s: fused row + residual, %d cases\n", family, core(t).name, cases);
+    }
+    CHECK(n_types > 0, "%s: no fused residual kernels", family);
+}
+
 static void test_quantizers(const char *family, const table &ref, const table &fast) {
     const ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q8_1, GGML_TYPE_Q8_K, GGML_TYPE_F16, GGML_TYPE_BF16};
     for (ggml_type t : types) {
@@ -189,20 +228,26 @@ static void test_q8x(const char *family, const table &ref, const ggml_q8x_kernel
             q->quantize(x.data(), y.data(), n);
             for (int64_t b = 0; b < (nb + 3) / 4 * 4; b++) {
                 const uint8_t *g = y.data() + (b / 4) * GGML_Q8X_GROUP;
-                const int8_t *qs = (const int8_t *)g + 32 * (b % 4);
-                const float *dy = (const float *)(g + 128) + 8 * (b % 4), sd = ((const float *)(g + 256))[b % 4];
+                const int bl = (int)(b % 4);
+                const int8_t *qa = (const int8_t *)g + 16 * bl, *qb = qa + 64;
+                const float *dy = (const float *)(g + 128) + 4 * bl, *sd = (const float *)(g + 256) + 4 * bl;
+                const int32_t *ns = (const int32_t *)(g + 192) + 4 * bl;
                 if (b >= nb) {  // padding
-                    bool zero = sd == 0.0f;
-                    for (int j = 0; j < 32; j++) zero = zero && qs[j] == 0;
-                    for (int j = 0; j < 8; j++) zero = zero && dy[j] == 0.0f;
+                    bool zero = true;
+                    for (int j = 0; j < 16; j++) zero = zero && qa[j] == 0 && qb[j] == 0;
+                    for (int j = 0; j < 4; j++) zero = zero && dy[j] == 0.0f && sd[j] == 0.0f && ns[j] == 0;
                     CHECK(zero, "%s q8x n=%lld: padding block %lld is not zero", family, (long long)n, (long long)b);
                     continue;
                 }
                 const float d = ggml_fp16_to_fp32(r[b].d);
                 int sum = 0;
                 for (int j = 0; j < 32; j++) sum += r[b].qs[j];
-                bool same = memcmp(qs, r[b].qs, 32) == 0 && sd == d * (float)sum;
-                for (int j = 0; j < 8; j++) same = same && dy[j] == d;
+                bool same = memcmp(qa, r[b].qs, 16) == 0 && memcmp(qb, r[b].qs + 16, 16) == 0 && sd[0] == d * (float)sum;
+                for (int l = 0; l < 4; l++) {
+                    int ls = 0;
+                    for (int i = 0; i < 4; i++) ls += r[b].qs[4 * l + i] + r[b].qs[16 + 4 * l + i];
+                    same = same && dy[l] == d && ns[l] == -ls && (l == 0 || sd[l] == 0.0f);
+                }
                 CHECK(same, "%s q8x n=%lld rep=%d block %lld differs from q8_0", family, (long long)n, rep, (long long)b);
             }
             qcases++;
@@ -319,14 +364,23 @@ int main() {
     const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                         __builtin_cpu_supports("avx512vnni");
-    // dispatch must pick the widest family the CPU has
-    CHECK(strcmp(ggml_cpu_backend_name(), avx512 ? "avx512" : avx2 ? "avx2" : "scalar") == 0, "dispatch picked %s",
-          ggml_cpu_backend_name());
+    // dispatch must pick the widest family the CPU has, capped by PINFER_CPU (dispatch.cpp)
+    const char *cap = getenv("PINFER_CPU");
+    const int allow = !cap || !*cap || strcmp(cap, "avx512") == 0 ? 2 : strcmp(cap, "avx2") == 0 ? 1 : 0;
+    const char *want = avx512 && allow >= 2 ? "avx512" : avx2 && allow >= 1 ? "avx2" : "scalar";
+    CHECK(strcmp(ggml_cpu_backend_name(), want) == 0, "dispatch picked %s, expected %s (PINFER_CPU=%s)", ggml_cpu_backend_name(),
+          want, cap ? cap : "");
+    CHECK((strcmp(want, "scalar") != 0) == (ggml_cpu_q8x() != nullptr), "q8x kernels %s with family %s",
+          ggml_cpu_q8x() ? "installed" : "missing", want);
     if (avx2) {
         table t2 = ref;
         ggml_cpu_set_kernels_avx2(t2.t);
         test_dots("avx2", ref, t2);
         test_quantizers("avx2", ref, t2);
+        test_q8x("avx2", ref, ggml_cpu_q8x_avx2());
+        std::vector<ggml_vec_dot2_t> d2(GGML_TYPE_COUNT, nullptr);
+        ggml_cpu_set_dot_resid_avx2(d2.data());
+        test_dot_resid("avx2", ref, d2.data());
         families++;
     } else {
         printf("SKIP avx2 family: CPU lacks AVX2/FMA/F16C\n");
@@ -337,6 +391,9 @@ int main() {
         test_dots("avx512", ref, t5);
         test_quantizers("avx512", ref, t5);
         test_q8x("avx512", ref, ggml_cpu_q8x_avx512());
+        std::vector<ggml_vec_dot2_t> d2(GGML_TYPE_COUNT, nullptr);
+        ggml_cpu_set_dot_resid_avx512(d2.data());
+        test_dot_resid("avx512", ref, d2.data());
         families++;
         if (__builtin_cpu_supports("avx512vbmi")) {
             test_q8x("vbmi", ref, ggml_cpu_q8x_avx512vbmi());

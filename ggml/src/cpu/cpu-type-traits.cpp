@@ -4,19 +4,39 @@
 // (vec-dot-simd.h) and the axpy kernels of the sparse down projection
 // (sparse-axpy.h). The SIMD files are compiled with their own -m flags, so
 // nothing here touches a wide register: it only calls the matching family.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cpu-features.h"
 #include "ggml-cpu.h"
 #include "ggml-quants.h"
 #include "sparse-axpy.h"
 #include "vec-dot-simd.h"
 
+__thread int ggml_prefetch_distance = 0;
+
 namespace {
+
+// PINFER_CPU=avx2 (or scalar) caps the family below what the CPU has, e.g.
+// to run and measure the path a CPU without AVX-512 takes; avx512 (or unset)
+// means the best the CPU has. The highest family allowed: 2 avx512, 1 avx2, 0 scalar.
+int env_cap() {
+    const char *e = getenv("PINFER_CPU");
+    if (!e || !*e || strcmp(e, "avx512") == 0) return 2;
+    if (strcmp(e, "avx2") == 0) return 1;
+    if (strcmp(e, "scalar") == 0) return 0;
+    fprintf(stderr, "pinfer: PINFER_CPU='%s' is not one of avx512, avx2, scalar\n", e);
+    exit(2);
+}
 
 struct cpu_tables {
     ggml_cpu_type_traits ref[GGML_TYPE_COUNT] = {};   // portable kernels only
     ggml_cpu_type_traits best[GGML_TYPE_COUNT] = {};  // the fastest this CPU runs
     const char *name = "scalar";
     const ggml_q8x_kernels *q8x = nullptr;
+    ggml_vec_dot2_t dot2[GGML_TYPE_COUNT] = {};  // a row and its residual in one pass (GGML_PREC_HIGH)
+    char variant[96] = "scalar";
     ggml_axpy_kernels axpy_ref = {}, axpy_best = {};
 
     cpu_tables() {
@@ -55,16 +75,25 @@ struct cpu_tables {
         for (int i = 0; i < GGML_TYPE_COUNT; i++) best[i] = ref[i];
         ggml_axpy_kernels_ref(&axpy_ref);
         axpy_best = axpy_ref;
+        const int cap = env_cap();
+        const char *capped = cap < 2 ? ", capped by PINFER_CPU" : "";
+        snprintf(variant, sizeof variant, "scalar (reference kernels%s)", capped);
 #ifdef GGML_SIMD_X86
         const ggml_cpu_features &f = *ggml_cpu_get_features();
         const bool avx2 = f.avx2 && f.fma && f.f16c && f.bmi2;
         const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni;
-        if (avx512) {
+        if (avx512 && cap >= 2) {
             ggml_cpu_set_kernels_avx512(best, f.avx512bf16);
             q8x = f.avx512vbmi ? ggml_cpu_q8x_avx512vbmi() : ggml_cpu_q8x_avx512();
+            ggml_cpu_set_dot_resid_avx512(dot2);
+            snprintf(variant, sizeof variant, "avx512 (VNNI; q8x weights unpacked %s)",
+                     f.avx512vbmi ? "with VBMI" : "by inserts");
             name = "avx512";
-        } else if (avx2) {
+        } else if (avx2 && cap >= 1) {
             ggml_cpu_set_kernels_avx2(best);
+            q8x = ggml_cpu_q8x_avx2();
+            ggml_cpu_set_dot_resid_avx2(dot2);
+            snprintf(variant, sizeof variant, "avx2 (FMA, F16C%s)", capped);
             name = "avx2";
         }
         // the axpy families ask for less than the dot families
@@ -108,5 +137,9 @@ size_t ggml_quantize_chunk(ggml_type type, const float *src, void *dst, int64_t 
 // Not under ggml_cpu_force_scalar: callers pair q8x with the SIMD dot kernels
 // only (they check vec_dot != vec_dot_ref).
 const ggml_q8x_kernels *ggml_cpu_q8x(void) { return tables().q8x; }
+
+ggml_vec_dot2_t ggml_cpu_dot_resid(enum ggml_type t) { return t >= 0 && t < GGML_TYPE_COUNT ? tables().dot2[t] : nullptr; }
+
+const char *ggml_cpu_kernel_variant(void) { return tables().variant; }
 
 const ggml_axpy_kernels *ggml_cpu_axpy(void) { return g_force_scalar ? &tables().axpy_ref : &tables().axpy_best; }

@@ -40,6 +40,7 @@ struct plan {
     bool resid;      // GGML_PREC_HIGH: each b row is followed by its converted residual
     bool f32rows;    // converted rows are plain floats (the F16 multi-column path)
     size_t bstride;  // bytes from one converted b row to the next (vrow, or 2 vrow with resid)
+    ggml_vec_dot2_t dot2;  // non-null with resid: one call for the row and its residual
 };
 
 plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *dst) {
@@ -78,6 +79,7 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *ds
     // residual, and each output is the sum of the two dots
     p.resid = high && !hi_kernel && p.vdt != GGML_TYPE_F32;
     p.bstride = p.resid ? 2 * p.vrow : p.vrow;
+    p.dot2 = p.resid && ta->vec_dot != ta->vec_dot_ref ? ggml_cpu_dot_resid(a->type) : nullptr;
     p.conv = p.direct ? 0 : align_up(p.bstride * (size_t)(b->ne[1] * b->ne[2] * b->ne[3]));
     return p;
 }
@@ -156,6 +158,7 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
 
     // one output element: the dot with the row, plus the dot with its residual
     auto vec_dot = [&](int64_t k, float *s, const void *x, const void *y) {
+        if (p.dot2) return p.dot2(k, s, x, y, p.vrow);
         ggml_vec_dot_resid(ta->vec_dot, k, s, x, y, p.vrow, p.resid);
     };
     auto arow = [&](int64_t i, int64_t i2, int64_t i3) {
@@ -174,6 +177,11 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
     // thread; otherwise (few weight rows, many columns) split the columns.
     const int64_t R = B2 * B3 * M;
     const bool by_rows = N == 1 || R >= 4 * (int64_t)nth;
+    // rows in memory order: the kernels prefetch the weights ahead (vec-dot-simd.h)
+    struct prefetch_scope {
+        explicit prefetch_scope(int d) { ggml_prefetch_distance = d; }
+        ~prefetch_scope() { ggml_prefetch_distance = 0; }
+    } prefetch(by_rows ? GGML_PREFETCH_AHEAD : 0);
     if (p.q8x_dot) {
         // Columns go in fixed tiles of QCOLS from column 0 (a column split
         // moves whole tiles), so every element is computed the same way

@@ -182,11 +182,14 @@ struct rows_plan {
     size_t xstride;  // bytes per token: vrow, or 2 vrow with the GGML_PREC_HIGH residual
     bool high;
     bool convert;
-    // GGML_PREC_HIGH with a q8xh kernel for the type: the activations in the
-    // q8xh layout (residual included), up to eight tokens per call, as the
-    // dense MUL_MAT does.
+    // The kernel the dense MUL_MAT picks for the same product (mul-mat.cpp),
+    // so that an active output is the very same dot: a q8x kernel (q8xh with
+    // GGML_PREC_HIGH, the residual included) where the type has one (for one
+    // token: where the family streams mat-vec with it), up to eight tokens a
+    // call; else vec_dot, or the fused row + residual kernel.
     ggml_q8x_dot_t q8x_dot;
     ggml_q8x_quantize_t q8x_quantize;
+    ggml_vec_dot2_t dot2;
     bool priv;     // every thread converts all tokens into its own area: no barrier
 };
 
@@ -204,9 +207,17 @@ rows_plan make_rows_plan(const ggml_tensor *dst) {
     p.convert = p.vdt != GGML_TYPE_F32;
     p.high = p.convert && ggml_prec_high(dst);
     const ggml_q8x_kernels *q = tw->vec_dot != tw->vec_dot_ref ? ggml_cpu_q8x() : nullptr;
-    p.q8x_dot = p.high && q && x->ne[0] % 32 == 0 ? q->dot_hi[w->type] : nullptr;
-    p.q8x_quantize = p.q8x_dot ? q->quantize_hi : nullptr;
-    if (p.q8x_dot) p.vrow = ggml_q8xh_row_size(x->ne[0]);
+    const bool q8x_ok = q && x->ne[0] % 32 == 0;
+    if (p.high) {
+        p.q8x_dot = q8x_ok ? q->dot_hi[w->type] : nullptr;
+        p.q8x_quantize = p.q8x_dot ? q->quantize_hi : nullptr;
+        if (p.q8x_dot) p.vrow = ggml_q8xh_row_size(x->ne[0]);
+    } else {
+        p.q8x_dot = q8x_ok && (x->ne[1] > 1 || q->matvec[w->type]) ? q->dot[w->type] : nullptr;
+        p.q8x_quantize = p.q8x_dot ? q->quantize : nullptr;
+        if (p.q8x_dot) p.vrow = ggml_q8x_row_size(x->ne[0]);
+    }
+    p.dot2 = p.high && !p.q8x_dot && tw->vec_dot != tw->vec_dot_ref ? ggml_cpu_dot_resid(w->type) : nullptr;
     p.xstride = p.high && !p.q8x_dot ? 2 * p.vrow : p.vrow;  // the q8xh layout carries the residual itself
     p.priv = x->ne[1] <= PRIVATE_CONVERT_MAX_T;
     return p;
@@ -257,11 +268,14 @@ void row_dots(const rows_plan &p, const ggml_cpu_type_traits *tw, int64_t K, con
         return conv ? (const void *)(conv + (size_t)t * p.xstride) : (const void *)((const char *)x->data + t * x->nb[1]);
     };
     auto o = [&](int64_t t) { return (float *)((char *)out + t * out_stride); };
-    if (p.q8x_dot) {  // q8xh: up to eight tokens per call
+    if (p.q8x_dot) {  // q8x / q8xh: up to eight tokens per call
         for (int64_t t0 = 0; t0 < T; t0 += 8) p.q8x_dot(K, wrow, xrow(t0), p.xstride, o(t0), out_stride, (int)std::min<int64_t>(8, T - t0));
         return;
     }
-    for (int64_t t = 0; t < T; t++) ggml_vec_dot_resid(tw->vec_dot, K, o(t), wrow, xrow(t), p.vrow, p.high);
+    for (int64_t t = 0; t < T; t++) {
+        if (p.dot2) p.dot2(K, o(t), wrow, xrow(t), p.vrow);
+        else ggml_vec_dot_resid(tw->vec_dot, K, o(t), wrow, xrow(t), p.vrow, p.high);
+    }
 }
 
 }  // namespace

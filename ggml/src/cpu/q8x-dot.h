@@ -17,13 +17,6 @@ void ggml_f16r_convert_avx512(const float *x, void *y, int64_t k);
 
 namespace {
 
-// fifth bits: bit j of qh is element j; two blocks' words form one 64-bit mask
-inline __m512i add_high2(__m512i u, const uint8_t *qha, const uint8_t *qhb) {
-    uint32_t a, b;
-    memcpy(&a, qha, 4);
-    memcpy(&b, qhb, 4);
-    return _mm512_mask_add_epi8(u, (__mmask64)((uint64_t)a | ((uint64_t)b << 32)), u, _mm512_set1_epi8(16));
-}
 // Loader dispatch for a row's last partial group (SFINAE on partial_loads).
 template <class X>
 constexpr auto has_partial_loads(int) -> decltype(X::partial_loads, bool()) { return X::partial_loads; }
@@ -33,34 +26,38 @@ constexpr bool has_partial_loads(long) { return false; }
 // valid blocks and the bytes left in the row; the others a zero-padded copy
 // for the last partial group.
 template <class X>
-inline auto load_group(const typename X::B *x, const typename X::B *, int64_t left, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m, int)
+inline auto load_group(const typename X::B *x, const typename X::B *, int64_t left, __m512i *ua, __m512i *ub, __m512 *d, __m512 *m, int)
     -> decltype(X::partial_loads, void()) {
     X::load(x, ua, ub, d, m, left < 4 ? (int)left : 4, left * (int64_t)sizeof(typename X::B));
 }
 template <class X>
-inline void load_group(const typename X::B *x, const typename X::B *tail, int64_t left, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m, long) {
+inline void load_group(const typename X::B *x, const typename X::B *tail, int64_t left, __m512i *ua, __m512i *ub, __m512 *d, __m512 *m, long) {
     X::load(left >= 4 ? x : tail, ua, ub, d, m);
 }
 
-// One weight row against NC activation rows. Per group of four blocks the
-// weights are unpacked once; per column: two vpdpbusd, the block scales
-// applied lane-wise (dy is pre-broadcast in q8x), the offset term m . sd as
-// one 4-lane fma. Each column's arithmetic is the same whatever NC is, so the
-// result of an element never depends on how columns were tiled.
-// H: activations in the q8xh layout (vec-dot-simd.h): per column the integer
-// dot of the weights with 128 q + q2 (shift, second vpdpbusd) in place of q.
+// One weight row against NC activation rows. A loader X unpacks a group of
+// four weight blocks once into the q8x order (vec-dot-simd.h): ua, ub the
+// unsigned quants u of the blocks' low and high halves, d and m per lane so
+// that weight = d (u + o) for the types with a fixed offset o = -2^X::S
+// (m unused), or d u + m (X::S < 0). Per column: two vpdpbusd into one
+// register whose lane l is block l / 4, the offset in integers (ns << S),
+// one conversion, the activation then weight scales, one fma; the stored
+// minimum goes through m . sd into a second accumulator. Each column's
+// arithmetic is the same whatever NC is, so the result of an element never
+// depends on how columns were tiled.
+// H: activations in the q8xh layout: per column the integer dot of the
+// weights with 128 q + q2 (shift, two more vpdpbusd) in place of q.
 template <class X, int NC, bool H = false>
 void dot_q8x(int64_t k, const void *vx, const void *vy, size_t ys, float *s, size_t ss) {
     constexpr size_t GROUP = H ? GGML_Q8XH_GROUP : GGML_Q8X_GROUP;
-    constexpr size_t DY = H ? 256 : 128, SD = H ? 384 : 256;  // offsets of the scales and sums
+    constexpr size_t DY = H ? 256 : 128, NS = DY + 64, SD = DY + 128;  // offsets of the scales and sums
+    constexpr bool OFF = X::S >= 0;
     using B = typename X::B;
     const B *x = (const B *)vx;
     const int64_t nb = k / 32, ng = (nb + 3) / 4;
-    const __m512i i01 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    const __m512i i23 = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-    __m512 acc[NC];
+    __m512 acc[NC], accm[NC];
 #pragma GCC unroll 8
-    for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
+    for (int c = 0; c < NC; c++) acc[c] = accm[c] = _mm512_setzero_ps();
     const uint8_t *y0 = (const uint8_t *)vy;
     // A last partial group reads zero blocks (d = m = 0): loaders with masked
     // loads (partial_loads) read them as zeros in place, the others from a copy.
@@ -70,33 +67,34 @@ void dot_q8x(int64_t k, const void *vx, const void *vy, size_t ys, float *s, siz
         memset(tail, 0, sizeof(tail));
         memcpy(tail, x + 4 * nfull, sizeof(B) * (size_t)(nb - 4 * nfull));
     }
+    const int ahead = ggml_prefetch_distance;
     for (int64_t g = 0; g < ng; g++) {
+        ggml_prefetch_chunk(x + 4 * g, 4 * (int)sizeof(B), ahead);
         __m512i ua, ub;
-        __m128 d4, m4;
-        load_group<X>(x + 4 * g, tail, nb - 4 * g, &ua, &ub, &d4, &m4, 0);
-        const __m512 dx01 = _mm512_permutexvar_ps(i01, _mm512_castps128_ps512(d4));
-        const __m512 dx23 = _mm512_permutexvar_ps(i23, _mm512_castps128_ps512(d4));
-        const __m512 mz = _mm512_zextps128_ps512(m4);  // m in lanes 0..3, zeros above
+        __m512 dx, mx;
+        load_group<X>(x + 4 * g, tail, nb - 4 * g, &ua, &ub, &dx, &mx, 0);
         const uint8_t *yg = y0 + g * GROUP;
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
             const uint8_t *yc = yg + c * ys;
-            const __m512i z = _mm512_setzero_si512();
-            __m512i pa = _mm512_dpbusd_epi32(z, ua, _mm512_loadu_si512(yc));
-            __m512i pb = _mm512_dpbusd_epi32(z, ub, _mm512_loadu_si512(yc + 64));
-            if (H) {  // 128 dot(u, q) + dot(u, q2): |.| < 2^24 per lane, exact in int32 and in the f32 conversion
-                pa = _mm512_dpbusd_epi32(_mm512_slli_epi32(pa, 7), ua, _mm512_loadu_si512(yc + 128));
-                pb = _mm512_dpbusd_epi32(_mm512_slli_epi32(pb, 7), ub, _mm512_loadu_si512(yc + 192));
+            const __m512i ns = OFF ? _mm512_slli_epi32(_mm512_loadu_si512(yc + NS), X::S > 0 ? X::S : 0) : _mm512_setzero_si512();
+            __m512i p;
+            if (!H) {
+                p = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ns, ua, _mm512_loadu_si512(yc)), ub, _mm512_loadu_si512(yc + 64));
+            } else {  // 128 dot(u, q) + dot(u, q2) + offset: |.| < 2^24 per lane, exact in int32 and in the f32 conversion
+                p = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ua, _mm512_loadu_si512(yc)), ub,
+                                        _mm512_loadu_si512(yc + 64));
+                p = _mm512_slli_epi32(p, 7);
+                p = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(p, ua, _mm512_loadu_si512(yc + 128)), ub, _mm512_loadu_si512(yc + 192));
+                if (OFF) p = _mm512_add_epi32(p, ns);
             }
-            const __m512 fa = _mm512_mul_ps(_mm512_cvtepi32_ps(pa), _mm512_loadu_ps((const float *)(yc + DY)));
-            const __m512 fb = _mm512_mul_ps(_mm512_cvtepi32_ps(pb), _mm512_loadu_ps((const float *)(yc + DY + 64)));
-            // the offset term m . sd joins lanes 0..3; acc itself waits on one add per group
-            const __m512 t = _mm512_fmadd_ps(mz, _mm512_maskz_loadu_ps(0xF, yc + SD), _mm512_mul_ps(fa, dx01));
-            acc[c] = _mm512_add_ps(acc[c], _mm512_fmadd_ps(fb, dx23, t));
+            const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(p), _mm512_loadu_ps((const float *)(yc + DY)));
+            acc[c] = _mm512_fmadd_ps(f, dx, acc[c]);
+            if (!OFF) accm[c] = _mm512_fmadd_ps(mx, _mm512_loadu_ps((const float *)(yc + SD)), accm[c]);
         }
     }
 #pragma GCC unroll 8
-    for (int c = 0; c < NC; c++) *(float *)((char *)s + c * ss) = _mm512_reduce_add_ps(acc[c]);
+    for (int c = 0; c < NC; c++) *(float *)((char *)s + c * ss) = _mm512_reduce_add_ps(OFF ? acc[c] : _mm512_add_ps(acc[c], accm[c]));
 }
 
 template <class X, bool H = false>

@@ -8,44 +8,53 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <array>
+#include <initializer_list>
 
 #include "q8x-dot.h"
 
 namespace {
 
 // Byte layouts: block size, offsets of d, m (-1: none), qh (-1: none) and
-// qs, quants per block stored (16 nibble bytes or 32 int8), the offset in
-// bytes where the second pair of blocks' window starts (q8_0's four blocks
-// span 136 bytes, more than one two-register table), and m = mul * d for the
-// types without a stored minimum.
-struct L_q4_0 { using B = block_q4_0; static constexpr int BS = 18, D = 0, M = -1, QH = -1, QS = 2, NQ = 16, OB = 0; static constexpr float MUL = -8.0f; };
-struct L_q4_1 { using B = block_q4_1; static constexpr int BS = 20, D = 0, M = 2, QH = -1, QS = 4, NQ = 16, OB = 0; static constexpr float MUL = 0.0f; };
-struct L_q5_0 { using B = block_q5_0; static constexpr int BS = 22, D = 0, M = -1, QH = 2, QS = 6, NQ = 16, OB = 0; static constexpr float MUL = -16.0f; };
-struct L_q5_1 { using B = block_q5_1; static constexpr int BS = 24, D = 0, M = 2, QH = 4, QS = 8, NQ = 16, OB = 0; static constexpr float MUL = 0.0f; };
-struct L_q8_0 { using B = block_q8_0; static constexpr int BS = 34, D = 0, M = -1, QH = -1, QS = 2, NQ = 32, OB = 64; static constexpr float MUL = -128.0f; };
+// qs, quants per block stored (16 nibble bytes or 32 int8), where the window
+// of the high halves starts (q8_0's four blocks span 136 bytes, more than one
+// two-register table), and the offset shift S: weight = d (u - 2^S), or
+// d u + m where S < 0 (q8x-dot.h).
+struct L_q4_0 { using B = block_q4_0; static constexpr int BS = 18, D = 0, M = -1, QH = -1, QS = 2, NQ = 16, OB = 0, S = 3; };
+struct L_q4_1 { using B = block_q4_1; static constexpr int BS = 20, D = 0, M = 2, QH = -1, QS = 4, NQ = 16, OB = 0, S = -1; };
+struct L_q5_0 { using B = block_q5_0; static constexpr int BS = 22, D = 0, M = -1, QH = 2, QS = 6, NQ = 16, OB = 0, S = 4; };
+struct L_q5_1 { using B = block_q5_1; static constexpr int BS = 24, D = 0, M = 2, QH = 4, QS = 8, NQ = 16, OB = 0, S = -1; };
+struct L_q8_0 { using B = block_q8_0; static constexpr int BS = 34, D = 0, M = -1, QH = -1, QS = 2, NQ = 32, OB = 8, S = 7; };
 
-// Permute indices gathering the quants of blocks 2*pair, 2*pair+1 (nibble
-// types: each block's 16 bytes twice, low nibbles then high nibbles).
+// Permute indices into the q8x order: byte 16 b + j of the result is byte
+// j of block b's quants, plus `half` x 16 (q8_0's high halves), from a window
+// starting at byte `base` of the group.
 template <class L>
-constexpr std::array<uint8_t, 64> quant_index(int pair) {
+constexpr std::array<uint8_t, 64> quant_index(int half, int base) {
     std::array<uint8_t, 64> a{};
-    for (int j = 0; j < 64; j++) {
-        const int blk = 2 * pair + j / 32, e = j % 32;
-        a[j] = (uint8_t)(L::BS * blk + L::QS + (L::NQ == 16 ? e % 16 : e) - (pair ? L::OB : 0));
-    }
+    for (int j = 0; j < 64; j++) a[j] = (uint8_t)(L::BS * (j / 16) + L::QS + 16 * half + j % 16 - base);
     return a;
 }
-// d of blocks 0..3 (bytes 0..7), then m of blocks 0..3 (bytes 8..15).
+// Fifth bits: byte 16 b + j of the result is the qh byte holding element
+// 16 half + j of block b; bit_index the bit within it.
+template <class L>
+constexpr std::array<uint8_t, 64> high_index(int half) {
+    std::array<uint8_t, 64> a{};
+    for (int j = 0; j < 64; j++) a[j] = (uint8_t)(L::BS * (j / 16) + (L::QH > 0 ? L::QH : 0) + 2 * half + (j % 16) / 8);
+    return a;
+}
+constexpr std::array<uint8_t, 64> bit_index() {
+    std::array<uint8_t, 64> a{};
+    for (int j = 0; j < 64; j++) a[j] = (uint8_t)(1u << (j % 8));
+    return a;
+}
+// fp16 words 0..15: d of block w / 4; words 16..31: m of block (w - 16) / 4.
 template <class L>
 constexpr std::array<uint8_t, 64> scale_index() {
     std::array<uint8_t, 64> a{};
-    for (int b = 0; b < 4; b++) {
-        a[2 * b] = (uint8_t)(L::BS * b + L::D);
-        a[2 * b + 1] = (uint8_t)(L::BS * b + L::D + 1);
-        if (L::M >= 0) {
-            a[8 + 2 * b] = (uint8_t)(L::BS * b + L::M);
-            a[8 + 2 * b + 1] = (uint8_t)(L::BS * b + L::M + 1);
-        }
+    for (int w = 0; w < 32; w++) {
+        const int off = w < 16 ? L::D : (L::M >= 0 ? L::M : L::D);
+        a[2 * w] = (uint8_t)(L::BS * ((w % 16) / 4) + off);
+        a[2 * w + 1] = (uint8_t)(L::BS * ((w % 16) / 4) + off + 1);
     }
     return a;
 }
@@ -55,7 +64,9 @@ inline __m512i load_idx(const std::array<uint8_t, 64> &a) { return _mm512_loadu_
 template <class L>
 struct XV {
     using B = typename L::B;
-    static constexpr std::array<uint8_t, 64> ia = quant_index<L>(0), ib = quant_index<L>(1), is = scale_index<L>();
+    static constexpr int S = L::S;
+    static constexpr std::array<uint8_t, 64> ia = quant_index<L>(0, 0), ib = quant_index<L>(1, L::OB), is = scale_index<L>();
+    static constexpr std::array<uint8_t, 64> iha = high_index<L>(0), ihb = high_index<L>(1), bits = bit_index();
     static constexpr bool partial_loads = true;
     // bytes [lo, lo + 64) of a group of nbytes: all-ones mask bits for the valid ones
     static __mmask64 bytes_mask(int lo, int nbytes) {
@@ -67,48 +78,33 @@ struct XV {
     // row. avail: bytes of the row from x on. Plain loads wherever the row
     // still has the bytes (masked loads stream from DRAM markedly slower on
     // Zen 5); masks only near the end of the row.
-    static void load(const B *x, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m, int nblk = 4, int64_t avail = 0) {
+    static void load(const B *x, __m512i *ua, __m512i *ub, __m512 *d, __m512 *m, int nblk = 4, int64_t avail = 0) {
         const uint8_t *p = (const uint8_t *)x;
         const int G = nblk * L::BS;  // valid bytes of the group
         auto ld = [&](int lo) {
             return avail >= lo + 64 ? _mm512_loadu_si512(p + lo) : _mm512_maskz_loadu_epi8(bytes_mask(lo, G), p + lo);
         };
         const __m512i a0 = ld(0), a1 = ld(64);
-        __m512i ta = _mm512_permutex2var_epi8(a0, load_idx(ia), a1), tb;
-        if (L::OB) {
-            const __m512i a2 = ld(128);
-            tb = _mm512_permutex2var_epi8(a1, load_idx(ib), a2);
-        } else {
-            tb = _mm512_permutex2var_epi8(a0, load_idx(ib), a1);
-        }
         if (L::NQ == 16) {
-            // bytes 16..31 and 48..63 hold the high nibbles
-            const __m512i m4 = _mm512_set1_epi8(0x0F);
-            ta = _mm512_and_si512(_mm512_mask_srli_epi16(ta, 0xFF00FF00u, ta, 4), m4);
-            tb = _mm512_and_si512(_mm512_mask_srli_epi16(tb, 0xFF00FF00u, tb, 4), m4);
+            const __m512i t = _mm512_permutex2var_epi8(a0, load_idx(ia), a1), m4 = _mm512_set1_epi8(0x0F);
+            __m512i ta = _mm512_and_si512(t, m4), tb = _mm512_and_si512(_mm512_srli_epi16(t, 4), m4);
             if (L::QH >= 0) {
-                uint32_t qh[4] = {0, 0, 0, 0};
-                for (int b = 0; b < 4; b++)
-                    if (b < nblk) memcpy(&qh[b], p + b * L::BS + L::QH, 4);
-                ta = _mm512_mask_add_epi8(ta, (__mmask64)((uint64_t)qh[0] | ((uint64_t)qh[1] << 32)), ta, _mm512_set1_epi8(16));
-                tb = _mm512_mask_add_epi8(tb, (__mmask64)((uint64_t)qh[2] | ((uint64_t)qh[3] << 32)), tb, _mm512_set1_epi8(16));
+                const __m512i bv = load_idx(bits), sixteen = _mm512_set1_epi8(16);
+                const __mmask64 ka = _mm512_test_epi8_mask(_mm512_permutex2var_epi8(a0, load_idx(iha), a1), bv);
+                const __mmask64 kb = _mm512_test_epi8_mask(_mm512_permutex2var_epi8(a0, load_idx(ihb), a1), bv);
+                ta = _mm512_mask_add_epi8(ta, ka, ta, sixteen);
+                tb = _mm512_mask_add_epi8(tb, kb, tb, sixteen);
             }
+            *ua = ta;
+            *ub = tb;
         } else {
             const __m512i bias = _mm512_set1_epi8((char)0x80);
-            ta = _mm512_xor_si512(ta, bias);
-            tb = _mm512_xor_si512(tb, bias);
+            *ua = _mm512_xor_si512(_mm512_permutex2var_epi8(a0, load_idx(ia), a1), bias);
+            *ub = _mm512_xor_si512(_mm512_permutex2var_epi8(ld(L::OB), load_idx(ib), ld(L::OB + 64)), bias);
         }
-        const __m128i sv = _mm512_castsi512_si128(_mm512_permutex2var_epi8(a0, load_idx(is), a1));
-        if (L::M >= 0) {
-            const __m256 f = _mm256_cvtph_ps(sv);
-            *d = _mm256_castps256_ps128(f);
-            *m = _mm256_extractf128_ps(f, 1);
-        } else {
-            *d = _mm_cvtph_ps(sv);
-            *m = _mm_mul_ps(*d, _mm_set1_ps(L::MUL));
-        }
-        *ua = ta;
-        *ub = tb;
+        const __m512i sv = _mm512_permutex2var_epi8(a0, load_idx(is), a1);
+        *d = _mm512_cvtph_ps(_mm512_castsi512_si256(sv));
+        if (L::M >= 0) *m = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(sv, 1));
     }
 };
 
@@ -116,7 +112,7 @@ ggml_q8x_kernels make_q8x_vbmi() {
     ggml_q8x_kernels q;
     memset(&q, 0, sizeof(q));
     q.quantize = ggml_q8x_quantize_avx512;
-    q.matvec[GGML_TYPE_Q4_1] = q.matvec[GGML_TYPE_Q5_0] = q.matvec[GGML_TYPE_Q5_1] = true;
+    for (ggml_type t : {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0}) q.matvec[t] = true;
     q.dot_f16 = dot_f16_rows_n;
     q.f16r_convert = ggml_f16r_convert_avx512;
     q.dot[GGML_TYPE_Q4_0] = dot_q8x_n<XV<L_q4_0>>;

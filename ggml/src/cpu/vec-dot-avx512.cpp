@@ -8,6 +8,9 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include <initializer_list>
+#include <type_traits>
+
 #include "ggml-quants.h"
 #include "vec-dot-simd.h"
 #include "q8x-dot.h"
@@ -57,8 +60,10 @@ void vec_dot_q4_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
     const int64_t nb = n / QK8_0;
     const __m512i eight = _mm512_set1_epi8(8);
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    const int ahead = ggml_prefetch_distance;
     int64_t i = 0;
     for (; i + 3 < nb; i += 4) {
+        ggml_prefetch_chunk(x + i, 4 * (int)sizeof(*x), ahead);
         const __m512i ya = load2_256(y[i].qs, y[i + 1].qs), yb = load2_256(y[i + 2].qs, y[i + 3].qs);
         const __m512i xa = unpack2_nibbles(x[i].qs, x[i + 1].qs), xb = unpack2_nibbles(x[i + 2].qs, x[i + 3].qs);
         const __m512i z = _mm512_setzero_si512();
@@ -86,8 +91,10 @@ void vec_dot_q8_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
     const int64_t nb = n / QK8_0;
     const __m512i bias = _mm512_set1_epi8((char)0x80);
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    const int ahead = ggml_prefetch_distance;
     int64_t i = 0;
     for (; i + 3 < nb; i += 4) {
+        ggml_prefetch_chunk(x + i, 4 * (int)sizeof(*x), ahead);
         const __m512i ya = load2_256(y[i].qs, y[i + 1].qs), yb = load2_256(y[i + 2].qs, y[i + 3].qs);
         const __m512i xa = _mm512_xor_si512(load2_256(x[i].qs, x[i + 1].qs), bias);
         const __m512i xb = _mm512_xor_si512(load2_256(x[i + 2].qs, x[i + 3].qs), bias);
@@ -111,97 +118,188 @@ void vec_dot_q8_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
 }
 
 // ---------------------------------------------------------------- K-quants
+//
+// Each kernel takes NR activation rows (1; or 2 with GGML_PREC_HIGH: a row
+// and its q8_K residual vrow bytes further on, ops.h) and returns the sum of
+// the NR dots: the weights of a superblock are unpacked once for both.
+// maddubs (u x s8 pairs fit in s16), then madd by the sub-block scales
+// (vpermw of the superblock's scale words), accumulated in s32 per
+// superblock as in the reference; the mins / fixed offsets go through the
+// activation block sums.
 
-// q4_K: per 256-element superblock, 8 sub-blocks of 32 with 6-bit scales and
-// mins. A 64-byte load of the packed quants holds elements [64r, 64r+64) as
-// low nibbles (first 32) and high nibbles (next 32) of two 32-byte halves; a
-// 128-bit lane shuffle puts them in element order, so y is read with plain
-// 64-byte loads. maddubs (u4 x s8 pairs fit in s16), then madd by the
-// scales, accumulate s32; mins through the activation block sums.
-void vec_dot_q4_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
-    const block_q4_K *x = (const block_q4_K *)vx;
-    const block_q8_K *y = (const block_q8_K *)vy;
+// Constant index vectors, built once: word w of entry r is `f(r, w)`.
+template <int (*F)(int, int)>
+struct word_index {
+    alignas(64) int16_t w[4][32];
+    word_index() {
+        for (int r = 0; r < 4; r++)
+            for (int i = 0; i < 32; i++) w[r][i] = (int16_t)F(r, i);
+    }
+    __m512i operator[](int r) const { return _mm512_load_si512(w[r]); }
+};
+// q2_K / q3_K register j (shift 2j): bytes 0..31 elements 32j + l, bytes
+// 32..63 elements 128 + 32j + l; word w's sub-block of 16:
+inline int idx_2bit(int j, int w) { return 8 * (w / 16) + 2 * j + (w % 16) / 8; }
+// q4_K / q5_K register r: elements 64 (r / 2) + 32 (r % 2) + ... in element order, sub-blocks of 32
+inline int idx_4bit(int r, int w) { return 2 * r + w / 16; }
+// q6_K register r: sub-blocks of 16
+inline int idx_6bit(int r, int w) { return 4 * r + w / 8; }
+
+template <int NR>
+inline const block_q8_K *act_row(const void *vy, size_t vrow, int r) {
+    return (const block_q8_K *)((const char *)vy + (size_t)r * vrow);
+}
+
+// q2_K: 16 sub-blocks of 16, 4-bit scales and mins; u = 2-bit quants.
+template <int NR>
+void dot_q2_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
+    static const word_index<idx_2bit> idx;
+    const block_q2_K *x = (const block_q2_K *)vx;
     const int64_t nb = n / QK_K;
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    // word w of register r: scale of sub-block 2r + w / 16
-    alignas(64) int16_t iw[4][32];
-    for (int r = 0; r < 4; r++)
-        for (int w = 0; w < 32; w++) iw[r][w] = (int16_t)(2 * r + w / 16);
-    __m512i idx[4];
-    for (int r = 0; r < 4; r++) idx[r] = _mm512_load_si512(iw[r]);
+    const __m512i m3 = _mm512_set1_epi8(3);
     __m512 acc = _mm512_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
+    const int ahead = ggml_prefetch_distance;
     for (int64_t i = 0; i < nb; i++) {
-        uint32_t a[3];
-        memcpy(a, x[i].scales, 12);
-        const uint32_t s_lo = a[0] & 0x3F3F3F3Fu, s_hi = (a[2] & 0x0F0F0F0Fu) | (((a[0] >> 6) & 0x03030303u) << 4);
-        const uint32_t m_lo = a[1] & 0x3F3F3F3Fu, m_hi = ((a[2] >> 4) & 0x0F0F0F0Fu) | (((a[1] >> 6) & 0x03030303u) << 4);
-        const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_setr_epi32((int)s_lo, (int)s_hi, 0, 0)));
-        const __m128i mn8 = _mm_setr_epi32((int)m_lo, (int)m_hi, 0, 0);
-        // sum over sub-blocks j of mn[j] * (bsums[2j] + bsums[2j+1])
-        const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums),
-                                               _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8)));
-        __m512i sumi = _mm512_setzero_si512();
-        for (int h = 0; h < 2; h++) {
-            const __m512i q = _mm512_loadu_si512(x[i].qs + 64 * h);
-            const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-            const __m512i ua = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
-            const __m512i ub = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
-            const __m512i pa = _mm512_maddubs_epi16(ua, _mm512_loadu_si512(y[i].qs + 128 * h));
-            const __m512i pb = _mm512_maddubs_epi16(ub, _mm512_loadu_si512(y[i].qs + 128 * h + 64));
-            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(pa, _mm512_permutexvar_epi16(idx[2 * h], sc)));
-            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(pb, _mm512_permutexvar_epi16(idx[2 * h + 1], sc)));
+        ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
+        const __m128i sv = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sv, _mm_set1_epi8(0x0F))));
+        const __m256i mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sv, 4), _mm_set1_epi8(0x0F)));
+        const __m512i q = _mm512_loadu_si512(x[i].qs);
+        __m512i u[4], scj[4];
+        for (int j = 0; j < 4; j++) {
+            u[j] = _mm512_and_si512(_mm512_srli_epi16(q, 2 * j), m3);
+            scj[j] = _mm512_permutexvar_epi16(idx[j], sc);
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(y[i].d * fp16(x[i].d)), _mm512_cvtepi32_ps(sumi), acc);
-        accm = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * fp16(x[i].dmin)), _mm256_cvtepi32_ps(mins), accm);
+        const float xd = fp16(x[i].d), xm = fp16(x[i].dmin);
+        for (int r = 0; r < NR; r++) {
+            const block_q8_K *y = act_row<NR>(vy, vrow, r) + i;
+            __m512i sumi = _mm512_setzero_si512();
+            for (int j = 0; j < 4; j++) {
+                const __m512i p = _mm512_maddubs_epi16(u[j], load2_256(y->qs + 32 * j, y->qs + 128 + 32 * j));
+                sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p, scj[j]));
+            }
+            const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn);
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), acc);
+            accm = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xm), _mm256_cvtepi32_ps(mins), accm);
+        }
     }
     *s = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(accm));
 }
 
-// q5_K: q4_K plus a fifth bit per quant (u = 0..31; maddubs pairs still fit in s16).
-void vec_dot_q5_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
-    const block_q5_K *x = (const block_q5_K *)vx;
-    const block_q8_K *y = (const block_q8_K *)vy;
+// q3_K: u = 2 low bits | hmask bit << 2 (0..7), value u - 4; 16 sub-blocks
+// of 16 with 6-bit scales stored plus 32. The 4 comes off in integers
+// through the block sums.
+template <int NR>
+void dot_q3_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
+    static const word_index<idx_2bit> idx;
+    const block_q3_K *x = (const block_q3_K *)vx;
     const int64_t nb = n / QK_K;
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    // word w of register r: scale of sub-block 2r + w / 16
-    alignas(64) int16_t iw[4][32];
-    for (int r = 0; r < 4; r++)
-        for (int w = 0; w < 32; w++) iw[r][w] = (int16_t)(2 * r + w / 16);
-    __m512i idx[4];
-    for (int r = 0; r < 4; r++) idx[r] = _mm512_load_si512(iw[r]);
+    const __m512i m3 = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1);
+    __m512 acc = _mm512_setzero_ps();
+    const int ahead = ggml_prefetch_distance;
+    for (int64_t i = 0; i < nb; i++) {
+        ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
+        uint32_t a[4];
+        memcpy(a, x[i].scales, 12);
+        const uint32_t k1 = 0x03030303, k2 = 0x0f0f0f0f, t = a[2];
+        a[2] = ((a[0] >> 4) & k2) | (((t >> 4) & k1) << 4);
+        a[3] = ((a[1] >> 4) & k2) | (((t >> 6) & k1) << 4);
+        a[0] = (a[0] & k2) | (((t >> 0) & k1) << 4);
+        a[1] = (a[1] & k2) | (((t >> 2) & k1) << 4);
+        const __m128i s8 = _mm_sub_epi8(_mm_setr_epi32((int)a[0], (int)a[1], (int)a[2], (int)a[3]), _mm_set1_epi8(32));
+        const __m256i sc16 = _mm256_cvtepi8_epi16(s8);
+        const __m512i sc = _mm512_castsi256_si512(sc16);
+        const __m512i q = _mm512_loadu_si512(x[i].qs);
+        // hmask bit c of byte l is element 32 c + l: the high half of each register wants bit 4 + j
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
+        const __m512i h2 = _mm512_inserti64x4(_mm512_castsi256_si512(hm), _mm256_srli_epi16(hm, 4), 1);
+        __m512i u[4], scj[4];
+        for (int j = 0; j < 4; j++) {
+            const __m512i hb = _mm512_and_si512(_mm512_srli_epi16(h2, j), one);
+            u[j] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 2 * j), m3), _mm512_slli_epi16(hb, 2));
+            scj[j] = _mm512_permutexvar_epi16(idx[j], sc);
+        }
+        const float xd = fp16(x[i].d);
+        for (int r = 0; r < NR; r++) {
+            const block_q8_K *y = act_row<NR>(vy, vrow, r) + i;
+            // - 4 sum_k sc_k bsums_k, in lanes 0..7
+            const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), sc16);
+            __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_zextsi256_si512(off), 2));
+            for (int j = 0; j < 4; j++) {
+                const __m512i p = _mm512_maddubs_epi16(u[j], load2_256(y->qs + 32 * j, y->qs + 128 + 32 * j));
+                sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p, scj[j]));
+            }
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), acc);
+        }
+    }
+    *s = _mm512_reduce_add_ps(acc);
+}
+
+// The 12 bytes of 6-bit scales and mins of q4_K / q5_K (the 4 bytes after
+// them are read too: the quants follow) -> bytes 0..7 scales of the 8
+// sub-blocks, bytes 8..15 their mins, in vector ops (scalar unpacking and
+// inserts cost more than a superblock's dot products).
+inline __m128i scales_q45(const uint8_t *p) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)p);  // dwords a0 a1 a2
+    // [a0 & 3F, a2 & 0F, a1 & 3F, (a2 >> 4) & 0F] | [0, (a0 >> 2) & 30, 0, (a1 >> 2) & 30]
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)), _mm_setr_epi32(0, 0, 0, 4)),
+                                     _mm_setr_epi32(0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0)), 2),
+                                     _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm_or_si128(lo, hi);
+}
+
+// q4_K (Q5 = false) and q5_K (Q5 = true, a fifth bit per quant, u = 0..31):
+// 8 sub-blocks of 32 with 6-bit scales and mins. A 64-byte load of the
+// packed quants holds elements [64h, 64h+64) as low nibbles (first 32) and
+// high nibbles (next 32) of two 32-byte halves; a 128-bit lane shuffle puts
+// them in element order, so y is read with plain 64-byte loads.
+template <bool Q5, int NR>
+void dot_q45_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
+    static const word_index<idx_4bit> idx;
+    using BX = typename std::conditional<Q5, block_q5_K, block_q4_K>::type;
+    const BX *x = (const BX *)vx;
+    const int64_t nb = n / QK_K;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
     __m512 acc = _mm512_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
+    const int ahead = ggml_prefetch_distance;
     for (int64_t i = 0; i < nb; i++) {
-        uint32_t a[3];
-        memcpy(a, x[i].scales, 12);
-        const uint32_t s_lo = a[0] & 0x3F3F3F3Fu, s_hi = (a[2] & 0x0F0F0F0Fu) | (((a[0] >> 6) & 0x03030303u) << 4);
-        const uint32_t m_lo = a[1] & 0x3F3F3F3Fu, m_hi = ((a[2] >> 4) & 0x0F0F0F0Fu) | (((a[1] >> 6) & 0x03030303u) << 4);
-        const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_setr_epi32((int)s_lo, (int)s_hi, 0, 0)));
-        const __m128i mn8 = _mm_setr_epi32((int)m_lo, (int)m_hi, 0, 0);
-        // sum over sub-blocks j of mn[j] * (bsums[2j] + bsums[2j+1])
-        const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums),
-                                               _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8)));
-        // fifth bits: bit (e / 32) of qh[e % 32]; the second copy is shifted by one so that
-        // one shift by 4h (2h + 1 for ub) serves both 32-element halves of a register
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
-        const __m512i q2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 1), 1);
-        const __m512i one = _mm512_set1_epi8(1);
-        __m512i sumi = _mm512_setzero_si512();
+        ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
+        const __m128i sm = scales_q45(x[i].scales);
+        const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
+        const __m256i mn = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));  // min of sub-block k / 2 at word k
+        __m512i u[4], scr[4];
+        // q5_K fifth bits: bit (e / 32) of qh[e % 32]; the second copy is shifted by one so that
+        // one shift by 4h (2h + 1 for the second register) serves both 32-element halves
+        __m512i q2 = _mm512_setzero_si512();
+        if (Q5) {
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)((const block_q5_K *)(const void *)(x + i))->qh);
+            q2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 1), 1);
+        }
         for (int h = 0; h < 2; h++) {
             const __m512i q = _mm512_loadu_si512(x[i].qs + 64 * h);
             const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-            __m512i ua = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
-            __m512i ub = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
-            ua = _mm512_or_si512(ua, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(q2, 4 * h), one), 4));
-            ub = _mm512_or_si512(ub, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(q2, 4 * h + 2), one), 4));
-            const __m512i pa = _mm512_maddubs_epi16(ua, _mm512_loadu_si512(y[i].qs + 128 * h));
-            const __m512i pb = _mm512_maddubs_epi16(ub, _mm512_loadu_si512(y[i].qs + 128 * h + 64));
-            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(pa, _mm512_permutexvar_epi16(idx[2 * h], sc)));
-            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(pb, _mm512_permutexvar_epi16(idx[2 * h + 1], sc)));
+            u[2 * h] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
+            u[2 * h + 1] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
+            if (Q5) {
+                u[2 * h] = _mm512_or_si512(u[2 * h], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(q2, 4 * h), one), 4));
+                u[2 * h + 1] = _mm512_or_si512(u[2 * h + 1], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(q2, 4 * h + 2), one), 4));
+            }
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(y[i].d * fp16(x[i].d)), _mm512_cvtepi32_ps(sumi), acc);
-        accm = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * fp16(x[i].dmin)), _mm256_cvtepi32_ps(mins), accm);
+        for (int k = 0; k < 4; k++) scr[k] = _mm512_permutexvar_epi16(idx[k], sc);
+        const float xd = fp16(x[i].d), xm = fp16(x[i].dmin);
+        for (int r = 0; r < NR; r++) {
+            const block_q8_K *y = act_row<NR>(vy, vrow, r) + i;
+            // sum over sub-blocks j of mn[j] * (bsums[2j] + bsums[2j+1])
+            const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn);
+            __m512i sumi = _mm512_setzero_si512();
+            for (int k = 0; k < 4; k++)
+                sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(u[k], _mm512_loadu_si512(y->qs + 64 * k)), scr[k]));
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), acc);
+            accm = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xm), _mm256_cvtepi32_ps(mins), accm);
+        }
     }
     *s = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(accm));
 }
@@ -209,76 +307,98 @@ void vec_dot_q5_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
 // q6_K: 16 sub-blocks of 16 with int8 scales; u = 4 low bits | 2 high bits
 // << 4 (0..63), value u - 32: the 32 is taken off through the block sums in
 // integers, so each superblock is one exact s32 sum as in the reference.
-void vec_dot_q6_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
+template <int NR>
+void dot_q6_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
+    static const word_index<idx_6bit> idx;
     const block_q6_K *x = (const block_q6_K *)vx;
-    const block_q8_K *y = (const block_q8_K *)vy;
     const int64_t nb = n / QK_K;
     const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
-    // word w of register r: scale of sub-block 4r + w / 8
-    alignas(64) int16_t iw[4][32];
-    for (int r = 0; r < 4; r++)
-        for (int w = 0; w < 32; w++) iw[r][w] = (int16_t)(4 * r + w / 8);
-    __m512i idx[4];
-    for (int r = 0; r < 4; r++) idx[r] = _mm512_load_si512(iw[r]);
     __m512 acc = _mm512_setzero_ps();
+    const int ahead = ggml_prefetch_distance;
     for (int64_t i = 0; i < nb; i++) {
+        ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
         const __m512i sc = _mm512_castsi256_si512(sc16);
-        const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), sc16);
-        __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_zextsi256_si512(off), 5));
+        __m512i u[4], scr[4];
         for (int h = 0; h < 2; h++) {
             const __m512i l = _mm512_loadu_si512(x[i].ql + 64 * h);
             const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
             // high-bit pairs of the first 32 elements in bits 0-1, of the next 32 in bits 2-3 (>> 2)
             const __m512i q2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
-            const __m512i ua = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(q2, m3), 4));
-            const __m512i ub = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
-                                               _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(q2, 4), m3), 4));
-            const __m512i pa = _mm512_maddubs_epi16(ua, _mm512_loadu_si512(y[i].qs + 128 * h));
-            const __m512i pb = _mm512_maddubs_epi16(ub, _mm512_loadu_si512(y[i].qs + 128 * h + 64));
-            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(pa, _mm512_permutexvar_epi16(idx[2 * h], sc)));
-            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(pb, _mm512_permutexvar_epi16(idx[2 * h + 1], sc)));
+            u[2 * h] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(q2, m3), 4));
+            u[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                           _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(q2, 4), m3), 4));
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(y[i].d * fp16(x[i].d)), _mm512_cvtepi32_ps(sumi), acc);
+        for (int k = 0; k < 4; k++) scr[k] = _mm512_permutexvar_epi16(idx[k], sc);
+        const float xd = fp16(x[i].d);
+        for (int r = 0; r < NR; r++) {
+            const block_q8_K *y = act_row<NR>(vy, vrow, r) + i;
+            const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), sc16);
+            __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_zextsi256_si512(off), 5));
+            for (int k = 0; k < 4; k++)
+                sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(u[k], _mm512_loadu_si512(y->qs + 64 * k)), scr[k]));
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), acc);
+        }
     }
     *s = _mm512_reduce_add_ps(acc);
 }
 
+void vec_dot_q2_K_q8_K(int64_t n, float *s, const void *x, const void *y) { dot_q2_K<1>(n, s, x, y, 0); }
+void vec_dot_q3_K_q8_K(int64_t n, float *s, const void *x, const void *y) { dot_q3_K<1>(n, s, x, y, 0); }
+void vec_dot_q4_K_q8_K(int64_t n, float *s, const void *x, const void *y) { dot_q45_K<false, 1>(n, s, x, y, 0); }
+void vec_dot_q5_K_q8_K(int64_t n, float *s, const void *x, const void *y) { dot_q45_K<true, 1>(n, s, x, y, 0); }
+void vec_dot_q6_K_q8_K(int64_t n, float *s, const void *x, const void *y) { dot_q6_K<1>(n, s, x, y, 0); }
+
 // Plain float types: 64 elements per iteration in four accumulators, a
-// masked load for the tail.
-template <typename Load>
-inline float dot_float(int64_t n, Load load) {
+// masked load for the tail. NR activation rows (2: a row and its residual,
+// vrow bytes further on) are summed before the multiply: the residual of an
+// fp16 / bf16 row is below half its unit in the last place, so row +
+// residual is exact in f32 and one fma serves both.
+// w: the weights, wsize bytes an element (prefetched).
+template <int NR, typename Load>
+inline float dot_float(int64_t n, Load load, const void *w, int wsize) {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    auto act = [&](int64_t i, __mmask16 m) {
+        __m512 v = load(i, m, 1);
+        if (NR == 2) v = _mm512_add_ps(v, load(i, m, 2));
+        return v;
+    };
+    const int ahead = ggml_prefetch_distance;
     int64_t i = 0;
     for (; i + 64 <= n; i += 64) {
-        a0 = _mm512_fmadd_ps(load(i, 0xFFFF), load(i, 0xFFFF, 1), a0);
-        a1 = _mm512_fmadd_ps(load(i + 16, 0xFFFF), load(i + 16, 0xFFFF, 1), a1);
-        a2 = _mm512_fmadd_ps(load(i + 32, 0xFFFF), load(i + 32, 0xFFFF, 1), a2);
-        a3 = _mm512_fmadd_ps(load(i + 48, 0xFFFF), load(i + 48, 0xFFFF, 1), a3);
+        ggml_prefetch_chunk((const char *)w + i * wsize, 64 * wsize, ahead);
+        a0 = _mm512_fmadd_ps(load(i, 0xFFFF, 0), act(i, 0xFFFF), a0);
+        a1 = _mm512_fmadd_ps(load(i + 16, 0xFFFF, 0), act(i + 16, 0xFFFF), a1);
+        a2 = _mm512_fmadd_ps(load(i + 32, 0xFFFF, 0), act(i + 32, 0xFFFF), a2);
+        a3 = _mm512_fmadd_ps(load(i + 48, 0xFFFF, 0), act(i + 48, 0xFFFF), a3);
     }
     for (; i < n; i += 16) {
         const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-        a0 = _mm512_fmadd_ps(load(i, m), load(i, m, 1), a0);
+        a0 = _mm512_fmadd_ps(load(i, m, 0), act(i, m), a0);
     }
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
-void vec_dot_f32(int64_t n, float *s, const void *vx, const void *vy) {
-    const float *p[2] = {(const float *)vx, (const float *)vy};
-    *s = dot_float(n, [&](int64_t i, __mmask16 m, int w = 0) { return _mm512_maskz_loadu_ps(m, p[w] + i); });
+template <int NR>
+void dot_f32(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
+    const float *p[3] = {(const float *)vx, (const float *)vy, (const float *)((const char *)vy + vrow)};
+    *s = dot_float<NR>(n, [&](int64_t i, __mmask16 m, int w) { return _mm512_maskz_loadu_ps(m, p[w] + i); }, vx, 4);
 }
-
-void vec_dot_f16(int64_t n, float *s, const void *vx, const void *vy) {
-    const ggml_fp16_t *p[2] = {(const ggml_fp16_t *)vx, (const ggml_fp16_t *)vy};
-    *s = dot_float(n, [&](int64_t i, __mmask16 m, int w = 0) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p[w] + i)); });
+template <int NR>
+void dot_f16(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
+    const ggml_fp16_t *p[3] = {(const ggml_fp16_t *)vx, (const ggml_fp16_t *)vy, (const ggml_fp16_t *)((const char *)vy + vrow)};
+    *s = dot_float<NR>(n, [&](int64_t i, __mmask16 m, int w) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p[w] + i)); }, vx, 2);
 }
-
-void vec_dot_bf16(int64_t n, float *s, const void *vx, const void *vy) {
-    const ggml_bf16_t *p[2] = {(const ggml_bf16_t *)vx, (const ggml_bf16_t *)vy};
-    *s = dot_float(n, [&](int64_t i, __mmask16 m, int w = 0) {
+template <int NR>
+void dot_bf16(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
+    const ggml_bf16_t *p[3] = {(const ggml_bf16_t *)vx, (const ggml_bf16_t *)vy, (const ggml_bf16_t *)((const char *)vy + vrow)};
+    *s = dot_float<NR>(n, [&](int64_t i, __mmask16 m, int w) {
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p[w] + i)), 16));
-    });
+    }, vx, 2);
 }
+void vec_dot_f32(int64_t n, float *s, const void *x, const void *y) { dot_f32<1>(n, s, x, y, 0); }
+void vec_dot_f16(int64_t n, float *s, const void *x, const void *y) { dot_f16<1>(n, s, x, y, 0); }
+void vec_dot_bf16(int64_t n, float *s, const void *x, const void *y) { dot_bf16<1>(n, s, x, y, 0); }
 
 // ---------------------------------------------------------------- q8x
 
@@ -302,20 +422,24 @@ namespace {
 template <bool H>
 void quantize_q8x(const float *x, void *vy, int64_t k) {
     constexpr size_t GROUP = H ? GGML_Q8XH_GROUP : GGML_Q8X_GROUP;
-    constexpr size_t DY = H ? 256 : 128, SD = H ? 384 : 256;
+    constexpr size_t DY = H ? 256 : 128, NS = DY + 64, SD = DY + 128;
     const int64_t nb = k / 32, ng = (nb + 3) / 4;
     uint8_t *y = (uint8_t *)vy;
     for (int64_t g = 0; g < ng; g++) {
         uint8_t *grp = y + g * GROUP;
-        int8_t *qs = (int8_t *)grp, *qr = (int8_t *)grp + 128;
+        int8_t *qa = (int8_t *)grp, *ra = (int8_t *)grp + 128;
         float *dy = (float *)(grp + DY), *sd = (float *)(grp + SD);
+        int32_t *ns = (int32_t *)(grp + NS);
         for (int b = 0; b < 4; b++) {
             const int64_t blk = 4 * g + b;
             if (blk >= nb) {  // zero padding: contributes 0 to every dot
-                memset(qs + 32 * b, 0, 32);
-                if (H) memset(qr + 32 * b, 0, 32);
-                _mm256_storeu_ps(dy + 8 * b, _mm256_setzero_ps());
-                sd[b] = 0.0f;
+                for (int h = 0; h < 2; h++) {
+                    memset(qa + 64 * h + 16 * b, 0, 16);
+                    if (H) memset(ra + 64 * h + 16 * b, 0, 16);
+                }
+                _mm_storeu_ps(dy + 4 * b, _mm_setzero_ps());
+                _mm_storeu_ps(sd + 4 * b, _mm_setzero_ps());
+                _mm_storeu_si128((__m128i *)(ns + 4 * b), _mm_setzero_si128());
                 continue;
             }
             const float *xb = x + 32 * blk;
@@ -325,26 +449,33 @@ void quantize_q8x(const float *x, void *vy, int64_t k) {
             const float df = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
             const __m512 vid = _mm512_set1_ps(id);
             const __m512i q0 = round_q8(_mm512_mul_ps(v0, vid)), q1 = round_q8(_mm512_mul_ps(v1, vid));
-            _mm_storeu_si128((__m128i *)(qs + 32 * b), _mm512_cvtepi32_epi8(q0));
-            _mm_storeu_si128((__m128i *)(qs + 32 * b + 16), _mm512_cvtepi32_epi8(q1));
-            const int32_t sq = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-            if (!H) {
-                _mm256_storeu_ps(dy + 8 * b, _mm256_set1_ps(df));
-                sd[b] = df * (float)sq;
-                continue;
+            _mm_storeu_si128((__m128i *)(qa + 16 * b), _mm512_cvtepi32_epi8(q0));
+            _mm_storeu_si128((__m128i *)(qa + 64 + 16 * b), _mm512_cvtepi32_epi8(q1));
+            // t: per element 128 q + q2 (H) or q; lane l of a dot register holds elements 4l..4l+3 of both halves
+            __m512i t = _mm512_add_epi32(q0, q1);
+            const int32_t sq = _mm512_reduce_add_epi32(t);
+            float step = df;
+            if (H) {  // the residual x - df q on the grid df/128 (|q2| <= ~72)
+                const __m512 vdf = _mm512_set1_ps(df), vir = _mm512_set1_ps(df != 0.0f ? 128.0f / df : 0.0f);
+                const __m512 r0 = _mm512_fnmadd_ps(vdf, _mm512_cvtepi32_ps(q0), v0);
+                const __m512 r1 = _mm512_fnmadd_ps(vdf, _mm512_cvtepi32_ps(q1), v1);
+                const __m512i e0 = round_q8(_mm512_mul_ps(r0, vir)), e1 = round_q8(_mm512_mul_ps(r1, vir));
+                _mm_storeu_si128((__m128i *)(ra + 16 * b), _mm512_cvtepi32_epi8(e0));
+                _mm_storeu_si128((__m128i *)(ra + 64 + 16 * b), _mm512_cvtepi32_epi8(e1));
+                t = _mm512_add_epi32(_mm512_slli_epi32(t, 7), _mm512_add_epi32(e0, e1));
+                step = df / 128.0f;  // exact: a power-of-two division
             }
-            // the residual x - df q on the grid df/128 (|q2| <= ~72)
-            const __m512 vdf = _mm512_set1_ps(df), vir = _mm512_set1_ps(df != 0.0f ? 128.0f / df : 0.0f);
-            const __m512 r0 = _mm512_fnmadd_ps(vdf, _mm512_cvtepi32_ps(q0), v0);
-            const __m512 r1 = _mm512_fnmadd_ps(vdf, _mm512_cvtepi32_ps(q1), v1);
-            const __m512i e0 = round_q8(_mm512_mul_ps(r0, vir)), e1 = round_q8(_mm512_mul_ps(r1, vir));
-            _mm_storeu_si128((__m128i *)(qr + 32 * b), _mm512_cvtepi32_epi8(e0));
-            _mm_storeu_si128((__m128i *)(qr + 32 * b + 16), _mm512_cvtepi32_epi8(e1));
-            const float step = df / 128.0f;  // exact: a power-of-two division
-            _mm256_storeu_ps(dy + 8 * b, _mm256_set1_ps(step));
-            sd[b] = step * (float)(128 * sq + _mm512_reduce_add_epi32(_mm512_add_epi32(e0, e1)));
+            alignas(64) int32_t te[16];
+            _mm512_store_si512(te, t);
+            int32_t st = 0;
+            for (int l = 0; l < 4; l++) {
+                const int32_t ls = te[4 * l] + te[4 * l + 1] + te[4 * l + 2] + te[4 * l + 3];
+                ns[4 * b + l] = -ls;
+                st += ls;
+            }
+            _mm_storeu_ps(dy + 4 * b, _mm_set1_ps(step));
+            _mm_storeu_ps(sd + 4 * b, _mm_setr_ps(step * (float)(H ? st : sq), 0.0f, 0.0f, 0.0f));
         }
-        memset(grp + SD + 16, 0, GROUP - SD - 16);
     }
 }
 
@@ -364,61 +495,92 @@ void ggml_f16r_convert_avx512(const float *x, void *vy, int64_t k) {
 
 namespace {
 
-// Weight-side unpacking of four consecutive blocks: two registers of
-// unsigned bytes u (element order), the scales d and the offsets m so that
-// weight = d * u + m.
+// Weight-side unpacking of four consecutive blocks into the q8x order
+// (q8x-dot.h): unsigned quants of the low and high halves, scales d (and
+// minimums m) per 32-bit lane, lane l belonging to block l / 4.
+inline __m512 lanes4(__m128 v) {  // value b in lanes 4b..4b+3
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), _mm512_castps128_ps512(v));
+}
 inline __m128 fp16x4(ggml_fp16_t a, ggml_fp16_t b, ggml_fp16_t c, ggml_fp16_t e) {
     return _mm_cvtph_ps(_mm_setr_epi16((short)a, (short)b, (short)c, (short)e, 0, 0, 0, 0));
+}
+// The 16 bytes at p0..p3 in the four 128-bit lanes of one register.
+inline __m512i load4x16(const void *p0, const void *p1, const void *p2, const void *p3) {
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p0));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)p1), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)p2), 2);
+    return _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)p3), 3);
+}
+template <class B>
+inline void nibbles4(const B *x, __m512i *ua, __m512i *ub) {
+    const __m512i v = load4x16(x[0].qs, x[1].qs, x[2].qs, x[3].qs), m4 = _mm512_set1_epi8(0x0F);
+    *ua = _mm512_and_si512(v, m4);
+    *ub = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+}
+// fifth bits: bit j of qh is element j; the low 16 bits go with ua, the high with ub
+template <class B>
+inline void high4(const B *x, __m512i *ua, __m512i *ub) {
+    uint64_t lo = 0, hi = 0;
+    for (int b = 0; b < 4; b++) {
+        uint32_t h;
+        memcpy(&h, x[b].qh, 4);
+        lo |= (uint64_t)(h & 0xFFFF) << (16 * b);
+        hi |= (uint64_t)(h >> 16) << (16 * b);
+    }
+    const __m512i sixteen = _mm512_set1_epi8(16);
+    *ua = _mm512_mask_add_epi8(*ua, (__mmask64)lo, *ua, sixteen);
+    *ub = _mm512_mask_add_epi8(*ub, (__mmask64)hi, *ub, sixteen);
+}
+template <class B>
+inline void dm4(const B *x, __m512 *d, __m512 *m) {
+    const __m256 f = _mm256_cvtph_ps(_mm_setr_epi16((short)x[0].d, (short)x[1].d, (short)x[2].d, (short)x[3].d,
+                                                    (short)x[0].m, (short)x[1].m, (short)x[2].m, (short)x[3].m));
+    *d = lanes4(_mm256_castps256_ps128(f));
+    *m = lanes4(_mm256_extractf128_ps(f, 1));
 }
 
 struct X_q4_0 {
     using B = block_q4_0;
-    static void load(const B *x, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m) {
-        *ua = unpack2_nibbles(x[0].qs, x[1].qs);
-        *ub = unpack2_nibbles(x[2].qs, x[3].qs);
-        *d = fp16x4(x[0].d, x[1].d, x[2].d, x[3].d);
-        *m = _mm_mul_ps(*d, _mm_set1_ps(-8.0f));
+    static constexpr int S = 3;  // weight = d (u - 8)
+    static void load(const B *x, __m512i *ua, __m512i *ub, __m512 *d, __m512 *) {
+        nibbles4(x, ua, ub);
+        *d = lanes4(fp16x4(x[0].d, x[1].d, x[2].d, x[3].d));
     }
 };
 struct X_q4_1 {
     using B = block_q4_1;
-    static void load(const B *x, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m) {
-        *ua = unpack2_nibbles(x[0].qs, x[1].qs);
-        *ub = unpack2_nibbles(x[2].qs, x[3].qs);
-        const __m256 f = _mm256_cvtph_ps(_mm_setr_epi16((short)x[0].d, (short)x[1].d, (short)x[2].d, (short)x[3].d,
-                                                        (short)x[0].m, (short)x[1].m, (short)x[2].m, (short)x[3].m));
-        *d = _mm256_castps256_ps128(f);
-        *m = _mm256_extractf128_ps(f, 1);
+    static constexpr int S = -1;  // weight = d u + m
+    static void load(const B *x, __m512i *ua, __m512i *ub, __m512 *d, __m512 *m) {
+        nibbles4(x, ua, ub);
+        dm4(x, d, m);
     }
 };
 struct X_q5_0 {
     using B = block_q5_0;
-    static void load(const B *x, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m) {
-        *ua = add_high2(unpack2_nibbles(x[0].qs, x[1].qs), x[0].qh, x[1].qh);
-        *ub = add_high2(unpack2_nibbles(x[2].qs, x[3].qs), x[2].qh, x[3].qh);
-        *d = fp16x4(x[0].d, x[1].d, x[2].d, x[3].d);
-        *m = _mm_mul_ps(*d, _mm_set1_ps(-16.0f));
+    static constexpr int S = 4;  // weight = d (u - 16)
+    static void load(const B *x, __m512i *ua, __m512i *ub, __m512 *d, __m512 *) {
+        nibbles4(x, ua, ub);
+        high4(x, ua, ub);
+        *d = lanes4(fp16x4(x[0].d, x[1].d, x[2].d, x[3].d));
     }
 };
 struct X_q5_1 {
     using B = block_q5_1;
-    static void load(const B *x, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m) {
-        *ua = add_high2(unpack2_nibbles(x[0].qs, x[1].qs), x[0].qh, x[1].qh);
-        *ub = add_high2(unpack2_nibbles(x[2].qs, x[3].qs), x[2].qh, x[3].qh);
-        const __m256 f = _mm256_cvtph_ps(_mm_setr_epi16((short)x[0].d, (short)x[1].d, (short)x[2].d, (short)x[3].d,
-                                                        (short)x[0].m, (short)x[1].m, (short)x[2].m, (short)x[3].m));
-        *d = _mm256_castps256_ps128(f);
-        *m = _mm256_extractf128_ps(f, 1);
+    static constexpr int S = -1;
+    static void load(const B *x, __m512i *ua, __m512i *ub, __m512 *d, __m512 *m) {
+        nibbles4(x, ua, ub);
+        high4(x, ua, ub);
+        dm4(x, d, m);
     }
 };
-struct X_q8_0 {  // int8 + 128 is unsigned; the 128 comes back through m = -128 d
+struct X_q8_0 {  // int8 + 128 is unsigned; weight = d (u - 128)
     using B = block_q8_0;
-    static void load(const B *x, __m512i *ua, __m512i *ub, __m128 *d, __m128 *m) {
+    static constexpr int S = 7;
+    static void load(const B *x, __m512i *ua, __m512i *ub, __m512 *d, __m512 *) {
         const __m512i bias = _mm512_set1_epi8((char)0x80);
-        *ua = _mm512_xor_si512(load2_256(x[0].qs, x[1].qs), bias);
-        *ub = _mm512_xor_si512(load2_256(x[2].qs, x[3].qs), bias);
-        *d = fp16x4(x[0].d, x[1].d, x[2].d, x[3].d);
-        *m = _mm_mul_ps(*d, _mm_set1_ps(-128.0f));
+        *ua = _mm512_xor_si512(load4x16(x[0].qs, x[1].qs, x[2].qs, x[3].qs), bias);
+        *ub = _mm512_xor_si512(load4x16(x[0].qs + 16, x[1].qs + 16, x[2].qs + 16, x[3].qs + 16), bias);
+        *d = lanes4(fp16x4(x[0].d, x[1].d, x[2].d, x[3].d));
     }
 };
 
@@ -426,7 +588,7 @@ ggml_q8x_kernels make_q8x() {
     ggml_q8x_kernels q;
     memset(&q, 0, sizeof(q));
     q.quantize = ggml_q8x_quantize_avx512;
-    q.matvec[GGML_TYPE_Q4_1] = q.matvec[GGML_TYPE_Q5_0] = q.matvec[GGML_TYPE_Q5_1] = true;
+    for (ggml_type t : {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0}) q.matvec[t] = true;
     q.dot_f16 = dot_f16_rows_n;
     q.f16r_convert = ggml_f16r_convert_avx512;
     q.dot[GGML_TYPE_Q4_0] = dot_q8x_n<X_q4_0>;
@@ -450,10 +612,22 @@ const ggml_q8x_kernels *ggml_cpu_q8x_avx512(void) {
     return &q;
 }
 
+void ggml_cpu_set_dot_resid_avx512(ggml_vec_dot2_t *t) {
+    t[GGML_TYPE_Q2_K] = dot_q2_K<2>;
+    t[GGML_TYPE_Q3_K] = dot_q3_K<2>;
+    t[GGML_TYPE_Q4_K] = dot_q45_K<false, 2>;
+    t[GGML_TYPE_Q5_K] = dot_q45_K<true, 2>;
+    t[GGML_TYPE_Q6_K] = dot_q6_K<2>;
+    t[GGML_TYPE_F16] = dot_f16<2>;
+    t[GGML_TYPE_BF16] = dot_bf16<2>;
+}
+
 void ggml_cpu_set_kernels_avx512(struct ggml_cpu_type_traits *t, bool has_bf16) {
     ggml_cpu_set_kernels_avx2(t);
     t[GGML_TYPE_Q4_0].vec_dot = vec_dot_q4_0_q8_0;
     t[GGML_TYPE_Q8_0].vec_dot = vec_dot_q8_0_q8_0;
+    t[GGML_TYPE_Q2_K].vec_dot = vec_dot_q2_K_q8_K;
+    t[GGML_TYPE_Q3_K].vec_dot = vec_dot_q3_K_q8_K;
     t[GGML_TYPE_Q4_K].vec_dot = vec_dot_q4_K_q8_K;
     t[GGML_TYPE_Q5_K].vec_dot = vec_dot_q5_K_q8_K;
     t[GGML_TYPE_Q6_K].vec_dot = vec_dot_q6_K_q8_K;

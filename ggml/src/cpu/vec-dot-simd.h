@@ -15,31 +15,78 @@ void ggml_cpu_set_kernels_avx2(struct ggml_cpu_type_traits *table);
 void ggml_cpu_set_kernels_avx512(struct ggml_cpu_type_traits *table, bool has_bf16);
 #endif
 
+// GGML_PREC_HIGH for the types without a q8xh layout: s = dot(x, y) +
+// dot(x, y + vrow), one weight row against an activation row and its
+// converted residual vrow bytes after it (ops.h), the weights unpacked once
+// for both. Equal to the two vec_dot calls up to float summation order.
+typedef void (*ggml_vec_dot2_t)(int64_t n, float *s, const void *x, const void *y, size_t vrow);
+#ifdef GGML_SIMD_X86
+void ggml_cpu_set_dot_resid_avx2(ggml_vec_dot2_t *table);    // indexed by ggml_type
+void ggml_cpu_set_dot_resid_avx512(ggml_vec_dot2_t *table);
+#endif
+// The fused kernel dispatch picked for type t, or NULL (two vec_dot calls).
+ggml_vec_dot2_t ggml_cpu_dot_resid(enum ggml_type t);
+
+// Weight streams: on the VMs we run on, the hardware prefetchers alone leave
+// a mat-vec that also computes well short of the read bandwidth (Intel Xeon
+// VM, 2 threads: Q4_0 55% -> 91%, Q4_K 42% -> 90% of it with software
+// prefetch). A caller that walks weight rows in memory order (dense MUL_MAT)
+// sets ggml_prefetch_distance for its thread; the dot kernels then touch, per
+// chunk of weights they consume, the lines that far ahead (past a row's end:
+// the next rows, read next). 0 (the default: e.g. row-sparse products, whose
+// next row is elsewhere) prefetches nothing.
+// (An asm statement: with GCC 12 at -O2 no prefetch instruction was left in
+// the compiled q8x kernels when this used __builtin_prefetch; the asm stays.)
+#define GGML_PREFETCH_AHEAD 4096
+extern __thread int ggml_prefetch_distance __attribute__((tls_model("initial-exec")));
+static inline void ggml_prefetch_line(const char *p) {
+#if defined(__x86_64__)
+    __asm__ volatile("prefetcht0 %0" : : "m"(*p));
+#else
+    __builtin_prefetch(p, 0, 3);
+#endif
+}
+static inline void ggml_prefetch_chunk(const void *p, int bytes, int ahead) {
+    if (!ahead) return;
+    const char *q = (const char *)p + ahead;
+    for (int o = 0; o < bytes; o += 64) ggml_prefetch_line(q + o);
+    ggml_prefetch_line(q + bytes - 1);
+}
+
 // ---- "q8x": MUL_MAT's internal activation layout for the 32-element block
 // types (q4_0, q4_1, q5_0, q5_1, q8_0) ----
 // A row of k floats is quantized exactly as quantize_row_q8_0 does (same
-// int8 values, same fp16-rounded scale per 32 elements) but stored in groups
-// of four blocks (128 elements, zero-padded at the end of the row):
-//   int8  qs[128]     the quants, contiguous
-//   float dy[32]      each block's scale repeated 8 times (the lane layout of
-//                     two blocks per 512-bit register, so no broadcast is needed)
-//   float sd[4]       dy * sum(qs) per block (for the weights' offset term)
-//   (48 bytes of padding: groups are 320 bytes, 64-byte aligned)
-// so the dot kernels stream one weight row against several activation rows
-// with plain vector loads. Never stored or exchanged: results equal the
-// reference dot (weight type x q8_0/q8_1) up to float summation order.
+// int8 values, same fp16-rounded scale df per 32 elements) but stored in
+// groups of four blocks (128 elements, zero-padded at the end of the row) in
+// the order a packed nibble register unpacks to: one 64-byte register holds
+// the low halves (elements 0..15) of the four blocks, another the high
+// halves, so 32-bit lane l of either belongs to block l / 4:
+//   int8  qa[64]   qa[16 b + j] = q of element j of block b       (j < 16)
+//   int8  qb[64]   qb[16 b + j] = q of element 16 + j of block b
+//   float dy[16]   df of block l / 4 in lane l
+//   int32 ns[16]   minus the sum of the eight q lane l of qa and qb holds
+//                  (the weights' offset -8, -16, -128 as one shift and add)
+//   float sd[16]   df * sum(q) of block b in lane 4 b, zero elsewhere (the
+//                  offset term of the types with a stored minimum)
+// 320 bytes a group, 64-byte aligned, so the dot kernels stream one weight
+// row against several activation rows with plain vector loads and unpack a
+// weight group with one mask and one shift. Never stored or exchanged:
+// results equal the reference dot (weight type x q8_0/q8_1) up to float
+// summation order.
 #define GGML_Q8X_GROUP 320
 static inline size_t ggml_q8x_row_size(int64_t k) { return (size_t)((k + 127) / 128) * GGML_Q8X_GROUP; }
 // The high-precision variant (GGML_PREC_HIGH), "q8xh": per block of 32 the
 // same q (and fp16-rounded scale df) as q8x, plus the rounding residual
 // x - df q quantized on the fixed finer grid df/128, q2 = round((x - df q) 128/df)
 // (|q2| <= ~72), so that x ~ (df/128) (128 q + q2): 15 bits, and the kernel
-// forms 128 dot(w, q) + dot(w, q2) in the integer domain (a shift and a
-// second vpdpbusd per 64 weights, one scale multiply). Groups of 448 bytes:
-//   int8  qs[128], int8 qr[128]   q and q2
-//   float dy[32]                  df/128, 8 copies per block
-//   float sd[4]                   (df/128) * sum(128 q + q2) per block
-//   (48 bytes of padding)
+// forms 128 dot(w, q) + dot(w, q2) in the integer domain (a shift and two
+// more vpdpbusd per 128 weights, one scale multiply). Groups of 448 bytes,
+// the q8x order:
+//   int8  qa[64], qb[64]   q
+//   int8  ra[64], rb[64]   q2
+//   float dy[16]           df/128 of block l / 4 in lane l
+//   int32 ns[16]           minus the lane's sum of 128 q + q2
+//   float sd[16]           (df/128) * sum(128 q + q2) of block b in lane 4 b
 #define GGML_Q8XH_GROUP 448
 static inline size_t ggml_q8xh_row_size(int64_t k) { return (size_t)((k + 127) / 128) * GGML_Q8XH_GROUP; }
 typedef void (*ggml_q8x_quantize_t)(const float *x, void *y, int64_t k);
@@ -48,9 +95,9 @@ typedef void (*ggml_q8x_dot_t)(int64_t k, const void *x, const void *y, size_t y
 struct ggml_q8x_kernels {
     ggml_q8x_quantize_t quantize;
     ggml_q8x_dot_t dot[GGML_TYPE_COUNT];  // NULL: type not covered
-    // Also use dot for mat-vec (one activation row)? Where the family has a
-    // 512-bit vec_dot (q4_0, q8_0) that streams weights from DRAM faster,
-    // measured: q8x's wider activation rows cost L1 bandwidth there.
+    // Also use dot for mat-vec (one activation row)? Set for every type the
+    // family covers since the nibble-order layout (in-cache one-column speed
+    // above the family's vec_dot on the Xeon VM, 2026-12-01).
     bool matvec[GGML_TYPE_COUNT];
     // The same multi-column interface for F16 weights (e.g. attention over
     // the KV cache) x activations rounded to fp16 (exactly what F16
@@ -62,8 +109,9 @@ struct ggml_q8x_kernels {
     ggml_q8x_dot_t dot_hi[GGML_TYPE_COUNT];
 };
 #ifdef GGML_SIMD_X86
+const struct ggml_q8x_kernels *ggml_cpu_q8x_avx2(void);        // needs the AVX2 family
 const struct ggml_q8x_kernels *ggml_cpu_q8x_avx512(void);      // needs the AVX-512 family
 const struct ggml_q8x_kernels *ggml_cpu_q8x_avx512vbmi(void);  // ... and AVX-512 VBMI
 #endif
-// The q8x kernels dispatch picked for this CPU, or NULL (no AVX-512 VNNI).
+// The q8x kernels dispatch picked for this CPU, or NULL (scalar).
 const struct ggml_q8x_kernels *ggml_cpu_q8x(void);
