@@ -186,5 +186,5 @@ def test_gguf_writer_refuses_unknown_tensor_types(type_id):
     from pinfer import _core
 
     w = _core.GGUFWriter()
-    with pytest.raises(ValueError, match=f"unknown tensor type id {type_id}"):
+    with pytest.raises(ValueError, match=f"unknown tensor type {type_id}"):
         w.add_tensor("x", np.zeros(4, np.float32), type_id, [4])

@@ -336,7 +336,7 @@ void bind_gguf(nb::module_ &m) {
         }, nb::arg("key"), nb::arg("value"), nb::arg("type"),
            "type: a value type id, or (GGUF_TYPE_ARRAY, element spec) for arrays")
         .def("add_tensor", [](Writer &w, const std::string &name, nb::handle data, int type, nb::object shape) {
-            if (!ggml_type_is_valid(type)) throw nb::value_error(("gguf: unknown tensor type id " + std::to_string(type)).c_str());
+            if (!ggml_type_is_valid(type)) throw nb::value_error(("gguf: unknown tensor type " + std::to_string(type)).c_str());
             nb::object np = numpy();
             nb::object arr = np.attr("ascontiguousarray")(data);
             if (shape.is_none()) {
