@@ -193,9 +193,14 @@ class Context {
             int32_t prompt_stream_min, bool graph_cache) {
         auto mh = model.holder();
         pinfer_context_params cp = pinfer_context_default_params();
+#ifdef PINFER_CUDA
+        if (device != "cpu" && device != "sim" && device != "cuda")
+            throw nb::value_error(("device must be 'cpu', 'sim' or 'cuda', got '" + device + "'").c_str());
+#else
         if (device != "cpu" && device != "sim")
             throw nb::value_error(("device must be 'cpu' or 'sim', got '" + device + "'" +
                                    (device == "cuda" ? " (this build has no CUDA backend)" : "")).c_str());
+#endif
         device_ = device;
         cp.device = device_.c_str();
         if (n_gpu_layers < -1) throw nb::value_error("n_gpu_layers must be >= -1 (-1: all that fit)");
