@@ -595,6 +595,11 @@ void load_gpuidx(Model &s, const std::filesystem::path &path) {
 }  // namespace
 
 void bind_llama(nb::module_ &m) {
+#ifdef PINFER_CUDA
+    m.attr("HAS_CUDA") = true;  // built with the CUDA backend (device="cuda")
+#else
+    m.attr("HAS_CUDA") = false;
+#endif
     nb::class_<Model>(m, "Model", "A GGUF model loaded with pinfer_model_load (weights are memory-mapped).")
         .def(nb::init<const std::filesystem::path &>(), nb::arg("path"),
              "Load a model; OSError if the file cannot be opened, ValueError if it is not a valid model.")

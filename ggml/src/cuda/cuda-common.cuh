@@ -54,18 +54,43 @@ inline view view_of(const ggml_tensor *t) {
     return v;
 }
 
-__device__ __forceinline__ float fp16(uint16_t h) { return __half2float(__ushort_as_half(h)); }
-__device__ __forceinline__ float bf16(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+// The weight formats below are host + device code: test-cuda-formats checks
+// them against the CPU's dequantizers on any machine, GPU or not.
+#define PCUDA_HD __host__ __device__ __forceinline__
+// Products and sums rounded as written (never contracted into an FMA).
+PCUDA_HD float mul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+PCUDA_HD float add_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+PCUDA_HD float sub_rn(float a, float b) { return add_rn(a, -b); }
+
+PCUDA_HD float fp16(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+PCUDA_HD float bf16(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
 __device__ __forceinline__ uint16_t to_bf16(float f) {  // round to nearest even, NaN kept quiet (as the CPU)
     uint32_t x = __float_as_uint(f);
     if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);
     x += 0x7fffu + ((x >> 16) & 1u);
     return (uint16_t)(x >> 16);
 }
-__device__ __forceinline__ uint32_t le32(const uint8_t *p) {
+PCUDA_HD uint32_t le32(const uint8_t *p) {
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
-__device__ __forceinline__ uint16_t le16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+PCUDA_HD uint16_t le16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 
 // ---- weight formats: element e of a row (ggml-quants.h block layouts) ----
 // The float operations are the CPU's dequantizers' (ggml-quants.cpp), kept
@@ -75,50 +100,50 @@ __device__ __forceinline__ uint16_t le16(const uint8_t *p) { return (uint16_t)(p
 // a row of blocks has no alignment beyond 2 bytes.
 struct f32_t {
     static constexpr int QK = 1, BYTES = 4;
-    __device__ static float get(const uint8_t *b, int) { return *(const float *)b; }
+    PCUDA_HD static float get(const uint8_t *b, int) { return *(const float *)b; }
 };
 struct f16_t {
     static constexpr int QK = 1, BYTES = 2;
-    __device__ static float get(const uint8_t *b, int) { return fp16(*(const uint16_t *)b); }
+    PCUDA_HD static float get(const uint8_t *b, int) { return fp16(*(const uint16_t *)b); }
 };
 struct bf16_t {
     static constexpr int QK = 1, BYTES = 2;
-    __device__ static float get(const uint8_t *b, int) { return bf16(*(const uint16_t *)b); }
+    PCUDA_HD static float get(const uint8_t *b, int) { return bf16(*(const uint16_t *)b); }
 };
 struct q4_0_t {  // d, qs[16]: j < 16 low nibble of qs[j], else high nibble of qs[j-16]
     static constexpr int QK = 32, BYTES = 18;
-    __device__ static float get(const uint8_t *b, int j) {
+    PCUDA_HD static float get(const uint8_t *b, int j) {
         const int q = (b[2 + (j & 15)] >> (4 * (j >> 4))) & 0xf;
         return fp16(le16(b)) * (float)(q - 8);
     }
 };
 struct q4_1_t {  // d, m, qs[16]
     static constexpr int QK = 32, BYTES = 20;
-    __device__ static float get(const uint8_t *b, int j) {
+    PCUDA_HD static float get(const uint8_t *b, int j) {
         const int q = (b[4 + (j & 15)] >> (4 * (j >> 4))) & 0xf;
-        return __fadd_rn(__fmul_rn(fp16(le16(b)), (float)q), fp16(le16(b + 2)));
+        return add_rn(mul_rn(fp16(le16(b)), (float)q), fp16(le16(b + 2)));
     }
 };
 struct q5_0_t {  // d, qh[4] (bit j: 5th bit of element j), qs[16]
     static constexpr int QK = 32, BYTES = 22;
-    __device__ static float get(const uint8_t *b, int j) {
+    PCUDA_HD static float get(const uint8_t *b, int j) {
         const int q = ((b[6 + (j & 15)] >> (4 * (j >> 4))) & 0xf) | (((le32(b + 2) >> j) & 1) << 4);
         return fp16(le16(b)) * (float)(q - 16);
     }
 };
 struct q5_1_t {  // d, m, qh[4], qs[16]
     static constexpr int QK = 32, BYTES = 24;
-    __device__ static float get(const uint8_t *b, int j) {
+    PCUDA_HD static float get(const uint8_t *b, int j) {
         const int q = ((b[8 + (j & 15)] >> (4 * (j >> 4))) & 0xf) | (((le32(b + 4) >> j) & 1) << 4);
-        return __fadd_rn(__fmul_rn(fp16(le16(b)), (float)q), fp16(le16(b + 2)));
+        return add_rn(mul_rn(fp16(le16(b)), (float)q), fp16(le16(b + 2)));
     }
 };
 struct q8_0_t {  // d, qs[32]
     static constexpr int QK = 32, BYTES = 34;
-    __device__ static float get(const uint8_t *b, int j) { return fp16(le16(b)) * (float)(int8_t)b[2 + j]; }
+    PCUDA_HD static float get(const uint8_t *b, int j) { return fp16(le16(b)) * (float)(int8_t)b[2 + j]; }
 };
 // K-quants: 256 elements per super-block.
-__device__ __forceinline__ void scale_k4(const uint8_t *s, int j, int *sc, int *m) {
+PCUDA_HD void scale_k4(const uint8_t *s, int j, int *sc, int *m) {
     if (j < 4) {
         *sc = s[j] & 63;
         *m = s[j + 4] & 63;
@@ -127,20 +152,20 @@ __device__ __forceinline__ void scale_k4(const uint8_t *s, int j, int *sc, int *
         *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
     }
 }
-__device__ __forceinline__ int plane2(const uint8_t *qs, int e) { return (qs[32 * (e >> 7) + (e & 31)] >> (2 * ((e >> 5) & 3))) & 3; }
-__device__ __forceinline__ int plane1(const uint8_t *h, int e) { return (h[e & 31] >> (e >> 5)) & 1; }
-__device__ __forceinline__ int plane4(const uint8_t *qs, int e) { return (qs[32 * (e >> 6) + (e & 31)] >> (4 * ((e >> 5) & 1))) & 0xf; }
+PCUDA_HD int plane2(const uint8_t *qs, int e) { return (qs[32 * (e >> 7) + (e & 31)] >> (2 * ((e >> 5) & 3))) & 3; }
+PCUDA_HD int plane1(const uint8_t *h, int e) { return (h[e & 31] >> (e >> 5)) & 1; }
+PCUDA_HD int plane4(const uint8_t *qs, int e) { return (qs[32 * (e >> 6) + (e & 31)] >> (4 * ((e >> 5) & 1))) & 0xf; }
 struct q2_K_t {  // scales[16], qs[64], d, dmin
     static constexpr int QK = 256, BYTES = 84;
-    __device__ static float get(const uint8_t *b, int e) {
+    PCUDA_HD static float get(const uint8_t *b, int e) {
         const uint8_t s = b[e >> 4];
-        return __fsub_rn(__fmul_rn(__fmul_rn(fp16(le16(b + 80)), (float)(s & 0xf)), (float)plane2(b + 16, e)),
-                         __fmul_rn(fp16(le16(b + 82)), (float)(s >> 4)));
+        return sub_rn(mul_rn(mul_rn(fp16(le16(b + 80)), (float)(s & 0xf)), (float)plane2(b + 16, e)),
+                         mul_rn(fp16(le16(b + 82)), (float)(s >> 4)));
     }
 };
 struct q3_K_t {  // hmask[32], qs[64], scales[12], d
     static constexpr int QK = 256, BYTES = 110;
-    __device__ static float get(const uint8_t *b, int e) {
+    PCUDA_HD static float get(const uint8_t *b, int e) {
         const uint8_t *s = b + 96;
         const int k = e >> 4;
         const int lo = k < 8 ? (s[k] & 0xf) : (s[k - 8] >> 4);
@@ -151,24 +176,24 @@ struct q3_K_t {  // hmask[32], qs[64], scales[12], d
 };
 struct q4_K_t {  // d, dmin, scales[12], qs[128]
     static constexpr int QK = 256, BYTES = 144;
-    __device__ static float get(const uint8_t *b, int e) {
+    PCUDA_HD static float get(const uint8_t *b, int e) {
         int sc, m;
         scale_k4(b + 4, e >> 5, &sc, &m);
-        return __fsub_rn(__fmul_rn(__fmul_rn(fp16(le16(b)), (float)sc), (float)plane4(b + 16, e)), __fmul_rn(fp16(le16(b + 2)), (float)m));
+        return sub_rn(mul_rn(mul_rn(fp16(le16(b)), (float)sc), (float)plane4(b + 16, e)), mul_rn(fp16(le16(b + 2)), (float)m));
     }
 };
 struct q5_K_t {  // d, dmin, scales[12], qh[32], qs[128]
     static constexpr int QK = 256, BYTES = 176;
-    __device__ static float get(const uint8_t *b, int e) {
+    PCUDA_HD static float get(const uint8_t *b, int e) {
         int sc, m;
         scale_k4(b + 4, e >> 5, &sc, &m);
         const int q = plane4(b + 48, e) | (plane1(b + 16, e) << 4);
-        return __fsub_rn(__fmul_rn(__fmul_rn(fp16(le16(b)), (float)sc), (float)q), __fmul_rn(fp16(le16(b + 2)), (float)m));
+        return sub_rn(mul_rn(mul_rn(fp16(le16(b)), (float)sc), (float)q), mul_rn(fp16(le16(b + 2)), (float)m));
     }
 };
 struct q6_K_t {  // ql[128], qh[64], scales[16] (int8), d
     static constexpr int QK = 256, BYTES = 210;
-    __device__ static float get(const uint8_t *b, int e) {
+    PCUDA_HD static float get(const uint8_t *b, int e) {
         const int j = e >> 7, r = e & 127;
         const int lo = (b[64 * j + (r & 63)] >> (4 * (r >> 6))) & 0xf;
         const int hi = (b[128 + 32 * j + (r & 31)] >> (2 * (r >> 5))) & 3;
@@ -178,7 +203,7 @@ struct q6_K_t {  // ql[128], qh[64], scales[16] (int8), d
 
 // Element i of a row of format W.
 template <class W>
-__device__ __forceinline__ float load_w(const char *row, int64_t i) {
+PCUDA_HD float load_w(const char *row, int64_t i) {
     return W::get((const uint8_t *)row + (i / W::QK) * W::BYTES, (int)(i % W::QK));
 }
 

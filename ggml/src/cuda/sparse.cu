@@ -233,8 +233,9 @@ int ffn(context &c, ggml_tensor *dst) {
     const bool relu_up = dst->op_params[3] != 0;
     const int64_t cap = idx->ne[0] - 1;  // list positions: h is indexed by position
     if (dst->ne[0] == 0 || dst->ne[1] == 0) return 0;
-    float *h = (float *)scratch(c, op_scratch_bytes(dst));
-    if (!h) return 1;
+    const size_t bytes = op_scratch_bytes(dst);
+    float *h = bytes ? (float *)scratch(c, bytes) : nullptr;
+    if (bytes && !h) return 1;
     const int64_t in_range = std::min<int64_t>(e - b, cap);
     bool ok = true;
     with_format(w->type, [&](auto f) {
