@@ -1,11 +1,10 @@
 // Mat-vec (decoding: up to MATVEC_MAX_T columns of b): dst[m, t] = a_m · b_t
 // over the planes (a broadcast over dims 2, 3 as i2 / r2, i3 / r3). One warp
-// per weight row; each lane dequantizes its elements of the row in registers
-// and multiplies them with every column of b in FP32 (activations are never
-// quantized: at least --precision high). Lane partials are reduced by a fixed
-// butterfly, so results are the same every run. One template for every
-// weight format (cuda-common.cuh).
+// per weight row (row-dot.cuh: weights dequantized in registers, FP32
+// activations -- at least --precision high --, a fixed reduction order). One
+// template for every weight format (cuda-common.cuh).
 #include "ops.cuh"
+#include "row-dot.cuh"
 
 namespace pcuda {
 namespace {
@@ -14,30 +13,17 @@ constexpr int WARPS = 4;  // warps (rows) per block
 
 template <class W, int NT>
 __global__ void mat_vec_kernel(view dst, view a, view b, int64_t r2, int64_t r3) {
-    const int lane = threadIdx.x & 31;
     const int64_t m = (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
     const int64_t i2 = blockIdx.y % dst.ne[2], i3 = blockIdx.y / dst.ne[2];
-    if (m >= dst.ne[0]) return;
+    if (m >= dst.ne[0]) return;  // the whole warp: m is per warp
     const char *row = a.data + m * a.nb[1] + (i2 / r2) * a.nb[2] + (i3 / r3) * a.nb[3];
-    const char *bp = b.data + i2 * b.nb[2] + i3 * b.nb[3];
-    const int64_t K = a.ne[0];
     const int nt = (int)dst.ne[1];
     float acc[NT];
-#pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
-    // lanes walk the row in steps of 32 elements: neighbouring lanes read
-    // neighbouring bytes of one block
-    for (int64_t i = lane; i < K; i += 32) {
-        const float w = load_w<W>(row, i);
+    warp_row_dots<W, NT>(row, a.ne[0], b.data + i2 * b.nb[2] + i3 * b.nb[3], b.nb[0], b.nb[1], nt, acc);
+    if ((threadIdx.x & 31) == 0)
 #pragma unroll
         for (int t = 0; t < NT; t++)
-            if (t < nt) acc[t] += w * *(const float *)(bp + t * b.nb[1] + i * b.nb[0]);
-    }
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        const float s = warp_sum(acc[t]);
-        if (lane == 0 && t < nt) *(float *)(dst.data + m * dst.nb[0] + t * dst.nb[1] + i2 * dst.nb[2] + i3 * dst.nb[3]) = s;
-    }
+            if (t < nt) *(float *)(dst.data + m * dst.nb[0] + t * dst.nb[1] + i2 * dst.nb[2] + i3 * dst.nb[3]) = acc[t];
 }
 
 template <class W>

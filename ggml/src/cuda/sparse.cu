@@ -18,6 +18,7 @@
 #include <algorithm>
 
 #include "ops.cuh"
+#include "row-dot.cuh"
 
 namespace pcuda {
 namespace {
@@ -97,21 +98,10 @@ __global__ void zero_range(view y, int b, int e) {
     *(float *)(y.data + i * y.nb[0] + t * y.nb[1] + j * y.nb[2]) = 0.0f;
 }
 
-// A warp's dots of one weight row with up to MATVEC_MAX_T columns of x.
+// A warp's dots of one weight row with up to MATVEC_MAX_T columns of x (lane 0's out is used).
 template <class W>
-__device__ void row_dots(const char *row, const view &x, int nt, float *out /* [nt], lane 0 */) {
-    const int lane = threadIdx.x & 31;
-    float acc[MATVEC_MAX_T];
-#pragma unroll
-    for (int t = 0; t < MATVEC_MAX_T; t++) acc[t] = 0.0f;
-    for (int64_t i = lane; i < x.ne[0]; i += 32) {
-        const float w = load_w<W>(row, i);
-#pragma unroll
-        for (int t = 0; t < MATVEC_MAX_T; t++)
-            if (t < nt) acc[t] += w * *(const float *)(x.data + t * x.nb[1] + i * x.nb[0]);
-    }
-#pragma unroll
-    for (int t = 0; t < MATVEC_MAX_T; t++) out[t] = warp_sum(acc[t]);
+__device__ void row_dots(const char *row, const view &x, int nt, float *out) {
+    warp_row_dots<W, MATVEC_MAX_T>(row, x.ne[0], x.data, x.nb[0], x.nb[1], nt, out);
 }
 
 constexpr int WARPS = 4;
