@@ -3,6 +3,9 @@
 #include "llama-threads.h"
 
 #include "ggml-backend-sim.h"
+#ifdef PINFER_CUDA
+#include "ggml-backend-cuda.h"
+#endif
 
 #include <chrono>
 #include <cmath>
@@ -19,6 +22,17 @@ static uint32_t pick_n_ctx(const model &m, uint32_t n_ctx) {
 
 static constexpr uint64_t SIM_DEFAULT_MEMORY = 24ull << 30;  // an RTX 4090's
 
+// What the device moved (both device backends count the same things).
+static void device_counters(ggml_backend_t dev, ggml_backend_sim_counters *c) {
+#ifdef PINFER_CUDA
+    if (ggml_backend_is_cuda(dev)) {
+        ggml_backend_cuda_get_counters(dev, c);
+        return;
+    }
+#endif
+    ggml_backend_sim_get_counters(dev, c);
+}
+
 context::context(const model &m, context_params p) : model_(m), params_(p) {
     const uint32_t n_ctx = pick_n_ctx(m, p.n_ctx);
     ffn_.mode = resolve_sparse_mode(m, p.sparse);  // throws naming what the file lacks
@@ -32,16 +46,32 @@ context::context(const model &m, context_params p) : model_(m), params_(p) {
     params_.n_threads = pick_n_threads(params_.n_threads, "pinfer");
 
     // The device and its layer plan, decided before anything is allocated for it.
+#ifdef PINFER_CUDA
+    if (p.device != "cpu" && p.device != "sim" && p.device != "cuda")
+        throw std::runtime_error("unknown device '" + p.device + "' (this build has: cpu, sim, cuda)");
+    uint64_t cuda_memory = 0;  // the card's free memory: what the plan may fill
+    if (p.device == "cuda") {
+        if (ggml_backend_cuda_device_count() == 0)
+            throw std::runtime_error(std::string("--device cuda: ") + ggml_backend_cuda_unavailable_reason());
+        ggml_backend_cuda_device_info info;
+        if (!ggml_backend_cuda_get_device_info(0, &info)) throw std::runtime_error("--device cuda: cannot query device 0");
+        cuda_memory = info.free_bytes;
+    }
+#else
+    if (p.device == "cuda")
+        throw std::runtime_error("this build has no CUDA backend (install with -C cmake.define.PINFER_CUDA=ON)");
     if (p.device != "cpu" && p.device != "sim")
         throw std::runtime_error("unknown device '" + p.device + "' (this build has: cpu, sim)");
+    const uint64_t cuda_memory = 0;
+#endif
     if (p.device == "cpu" && p.n_gpu_layers > 0)
         notice_ = "no device chosen (--device sim|cuda): the " + std::to_string(p.n_gpu_layers) +
                   " layers asked for run on the CPU";
-    if (p.device == "sim" && p.n_gpu_layers != 0) {
+    if ((p.device == "sim" || p.device == "cuda") && p.n_gpu_layers != 0) {
         if (ffn_.stats || ffn_.observe)
             throw std::runtime_error("sparse statistics, verification and the activation observer run on the CPU only: "
                                      "drop them or use --device cpu");
-        const uint64_t mem = p.sim_memory ? p.sim_memory : SIM_DEFAULT_MEMORY;
+        const uint64_t mem = p.device == "cuda" ? cuda_memory : p.sim_memory ? p.sim_memory : SIM_DEFAULT_MEMORY;
         plan_request r;
         r.n_gpu_layers = p.n_gpu_layers;
         r.budget_bytes = p.vram_budget;
@@ -54,7 +84,12 @@ context::context(const model &m, context_params p) : model_(m), params_(p) {
         r.whole_layers = p.offload_layers;
         plan_ = make_hybrid_plan(m, r);  // throws when the budget exceeds the device
         notice_ = plan_.notice;
-        if (plan_.any()) {
+        if (plan_.any() && p.device == "cuda") {
+#ifdef PINFER_CUDA
+            dev_ = ggml_backend_cuda_init(0, (size_t)std::min<uint64_t>(mem, plan_.budget_bytes));
+            if (!dev_) throw std::runtime_error(std::string("--device cuda: ") + ggml_backend_last_error());
+#endif
+        } else if (plan_.any()) {
             ggml_backend_sim_params sp = ggml_backend_sim_default_params();
             sp.memory_bytes = (size_t)std::min<uint64_t>(mem, plan_.budget_bytes);
             sp.n_threads = std::max(1, p.sim_threads);
@@ -252,7 +287,7 @@ void context::decode_batch(const int32_t *tokens, int n, int n_outputs, float *o
     ggml_backend_tensor_set(gc_.kq_mask, mask_buf_.data(), 0, sizeof(float) * mask_buf_.size());
 
     ggml_backend_sim_counters c0{}, c1{};
-    if (gc_.has_dev) ggml_backend_sim_get_counters(dev_, &c0);
+    if (gc_.has_dev) device_counters(dev_, &c0);
     const auto t_compute = clock::now();
     const int rc = ggml_backend_sched_graph_compute(sched_, gc_.gf);
     const auto t_computed = clock::now();
@@ -261,7 +296,7 @@ void context::decode_batch(const int32_t *tokens, int n, int n_outputs, float *o
         throw std::runtime_error(std::string("graph compute failed: ") + ggml_backend_last_error());
     }
     if (gc_.has_dev) {
-        ggml_backend_sim_get_counters(dev_, &c1);
+        device_counters(dev_, &c1);
         ggml_backend_sched_stats st;
         ggml_backend_sched_get_stats(sched_, &st);
         transfer_stats &x = xfer_[n == 1 ? 1 : 0];

@@ -183,6 +183,25 @@ def test_budgets(models):
         context(path, device="tpu")
 
 
+def test_cuda_device(models):
+    """device="cuda": a build without CUDA says so; a CUDA build without a usable
+    driver or device names the cause; with a device, the plan runs there and
+    gives the CPU's logits (FP32 activations on the device: float rounding)."""
+    path = models["off"]
+    if not _core.HAS_CUDA:
+        with pytest.raises(ValueError, match="no CUDA backend"):
+            context(path, device="cuda")
+        return
+    try:
+        c = context(path, device="cuda")
+    except ValueError as e:
+        assert str(e).startswith("--device cuda: "), str(e)
+        return
+    assert c.device == "cuda"
+    toks = prompt(12)
+    assert rel(logits_of(c, toks), logits_of(context(path), toks)) <= 1e-3
+
+
 def test_statistics_need_the_cpu(models):
     with pytest.raises(ValueError, match="CPU only"):
         _core.Context(_core.Model(models["exact"]), 64, 64, 2, "f32", "exact", True, device="sim")

@@ -117,8 +117,9 @@ void print_usage(FILE *out, const char *argv0) {
             "        --sparse MODE         FFN mode: off (default), exact, predictor, threshold, auto\n"
             "        --sparse-stats        print per-layer active fraction and predictor cost at the end\n"
             "        --sparse-verify       also run the dense model: predictor recall, logit difference\n"
-            "        --device DEV          where hot layers and neurons run: cpu (default) or sim, a\n"
-            "                              simulated GPU that shows the plan and its traffic\n"
+            "        --device DEV          where hot layers and neurons run: cpu (default), cuda (an NVIDIA\n"
+            "                              GPU, builds with PINFER_CUDA) or sim, a simulated GPU that\n"
+            "                              shows the plan and its traffic\n"
             "  -ngl, --n-gpu-layers N      layers on the device, in order (default: all that fit)\n"
             "        --offload MODE        neurons (default: attention, then hot FFN prefixes per layer, the\n"
             "                              cold neurons on the CPU) or layers (whole layers, as llama.cpp)\n"
@@ -286,10 +287,15 @@ cli_params parse_args(int argc, char **argv) {
             p.vram_budget_gib = g;
         } else if (a == "--device") {
             p.device = value();
+#ifdef PINFER_CUDA
+            if (p.device != "cpu" && p.device != "sim" && p.device != "cuda")
+                throw usage_error{"unknown device '" + p.device + "' (cpu, sim, cuda)"};
+#else
             if (p.device == "cuda")
                 throw usage_error{"this build has no CUDA backend (install with -C cmake.define.PINFER_CUDA=ON); devices: cpu, sim"};
             if (p.device != "cpu" && p.device != "sim")
                 throw usage_error{"unknown device '" + p.device + "' (cpu, sim)"};
+#endif
         } else if (a == "--offload") {
             p.offload = value();
             if (p.offload != "neurons" && p.offload != "layers")

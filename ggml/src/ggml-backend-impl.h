@@ -46,6 +46,13 @@ struct ggml_backend_i {
     // The backend's queue waits until ev reaches gen.
     void (*event_wait)(ggml_backend *be, ggml_backend_event *ev, uint64_t gen);
     void (*free)(ggml_backend *be);
+    // Optional, for a queue that is not a host thread (a GPU stream): its
+    // events are its own (ev->native), which the host counter cannot see.
+    // event_host_wait: has ev (recorded by be) reached gen -- block until it
+    // has when block is set; event_release frees ev->native. nullptr: the
+    // host counter is the event (CPU, sim).
+    bool (*event_host_wait)(ggml_backend *be, ggml_backend_event *ev, uint64_t gen, bool block);
+    void (*event_release)(ggml_backend *be, ggml_backend_event *ev);
 };
 
 struct ggml_backend {
@@ -57,17 +64,20 @@ struct ggml_backend {
     void *ctx;
 };
 
-// A host-side event: a generation counter that a backend's queue advances.
+// An event: a generation counter that a backend's queue advances (host
+// queues), or the backend's own event behind it (native; see event_host_wait).
 struct ggml_backend_event {
     ggml_backend *be;
     std::mutex mu;
     std::condition_variable cv;
     uint64_t recorded = 0;  // generation of the last record
     uint64_t reached = 0;   // generation the queue has got past
+    void *native = nullptr;  // the recording backend's own event (a cudaEvent_t), made on first record
 };
 
 // Marks ev reached at gen and wakes waiters (called by a backend's queue).
 void ggml_backend_event_signal(ggml_backend_event *ev, uint64_t gen);
-// Blocks the calling thread until ev has reached gen.
+// Blocks the calling thread until ev has reached gen (through the recording
+// backend's event_host_wait when it has one).
 void ggml_backend_event_block(ggml_backend_event *ev, uint64_t gen);
 void ggml_backend_set_error(const char *fmt, ...);

@@ -245,7 +245,7 @@ ggml_backend_t ggml_backend_sim_init(ggml_backend_sim_params params) {
     be->name = "sim";
     be->is_cpu = false;
     be->iface = {sim_supports_op, sim_sparse_dense, sim_compute, sim_copy, sim_synchronize,
-                 sim_event_record, sim_event_wait, sim_free};
+                 sim_event_record, sim_event_wait, sim_free, nullptr, nullptr};
     be->buft = &c->mem;
     be->host_buft = &c->pinned;
     be->ctx = c;

@@ -217,7 +217,10 @@ ggml_backend_event_t ggml_backend_event_new(ggml_backend_t be) {
     return ev;
 }
 
-void ggml_backend_event_free(ggml_backend_event_t ev) { delete ev; }
+void ggml_backend_event_free(ggml_backend_event_t ev) {
+    if (ev && ev->native && ev->be->iface.event_release) ev->be->iface.event_release(ev->be, ev);
+    delete ev;
+}
 
 void ggml_backend_event_signal(ggml_backend_event *ev, uint64_t gen) {
     {
@@ -228,6 +231,10 @@ void ggml_backend_event_signal(ggml_backend_event *ev, uint64_t gen) {
 }
 
 void ggml_backend_event_block(ggml_backend_event *ev, uint64_t gen) {
+    if (ev->be->iface.event_host_wait) {
+        ev->be->iface.event_host_wait(ev->be, ev, gen, true);
+        return;
+    }
     std::unique_lock<std::mutex> lock(ev->mu);
     ev->cv.wait(lock, [&] { return ev->reached >= gen; });
 }
@@ -251,7 +258,12 @@ void ggml_backend_event_wait(ggml_backend_t waiter, ggml_backend_event_t ev) {
 }
 
 bool ggml_backend_event_query(ggml_backend_event_t ev) {
-    std::lock_guard<std::mutex> lock(ev->mu);
+    std::unique_lock<std::mutex> lock(ev->mu);
+    if (ev->be->iface.event_host_wait) {
+        const uint64_t gen = ev->recorded;
+        lock.unlock();
+        return ev->be->iface.event_host_wait(ev->be, ev, gen, false);
+    }
     return ev->reached >= ev->recorded;
 }
 

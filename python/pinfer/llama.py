@@ -99,9 +99,10 @@ class Llama:
             bits, so the logits match a float32 reference of the same weights; "fast":
             8 bits as llama.cpp, faster prompt processing, top-1 differs at a few % of
             positions.
-        device: where hot layers and neurons run: "cpu" (default) or "sim", a
-            simulated GPU that runs the hybrid plan and counts its traffic
-            (:attr:`plan`, :meth:`transfer_stats`).
+        device: where hot layers and neurons run: "cpu" (default), "cuda" (an
+            NVIDIA GPU; installs built with PINFER_CUDA, see ``_core.HAS_CUDA``)
+            or "sim", a simulated GPU that runs the hybrid plan and counts its
+            traffic (:attr:`plan`, :meth:`transfer_stats`).
         n_gpu_layers: layers on the device, in order (None / -1: as many as the
             budget holds). Without a device a notice is printed and the CPU runs all.
         vram_budget: GiB of device memory the plan may use (None: all of it).
@@ -157,7 +158,7 @@ class Llama:
                                         or not 0 <= vram_budget <= 1e6):
             raise ValueError(f"vram_budget must be a number of GiB >= 0 or None, got {vram_budget!r}")
         if device == "cpu" and n_gpu_layers not in (None, 0):
-            print(f"pinfer: notice: n_gpu_layers={n_gpu_layers} without a device (device='sim'): "
+            print(f"pinfer: notice: n_gpu_layers={n_gpu_layers} without a device (device='cuda' or 'sim'): "
                   "every layer runs on the CPU", file=sys.stderr)
         self._ctx = _core.Context(self._model, n_ctx, n_batch, n_threads or 0, "f16", sparse,
                                   bool(sparse_stats), bool(sparse_verify), precision=precision, device=device,

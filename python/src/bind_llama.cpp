@@ -193,9 +193,14 @@ class Context {
             int32_t prompt_stream_min, bool graph_cache, const std::string &offload) {
         auto mh = model.holder();
         pinfer_context_params cp = pinfer_context_default_params();
+#ifdef PINFER_CUDA
+        if (device != "cpu" && device != "sim" && device != "cuda")
+            throw nb::value_error(("device must be 'cpu', 'sim' or 'cuda', got '" + device + "'").c_str());
+#else
         if (device != "cpu" && device != "sim")
             throw nb::value_error(("device must be 'cpu' or 'sim', got '" + device + "'" +
                                    (device == "cuda" ? " (this build has no CUDA backend)" : "")).c_str());
+#endif
         device_ = device;
         cp.device = device_.c_str();
         if (n_gpu_layers < -1) throw nb::value_error("n_gpu_layers must be >= -1 (-1: all that fit)");
@@ -593,6 +598,11 @@ void load_gpuidx(Model &s, const std::filesystem::path &path) {
 }  // namespace
 
 void bind_llama(nb::module_ &m) {
+#ifdef PINFER_CUDA
+    m.attr("HAS_CUDA") = true;  // built with the CUDA backend (device="cuda")
+#else
+    m.attr("HAS_CUDA") = false;
+#endif
     nb::class_<Model>(m, "Model", "A GGUF model loaded with pinfer_model_load (weights are memory-mapped).")
         .def(nb::init<const std::filesystem::path &>(), nb::arg("path"),
              "Load a model; OSError if the file cannot be opened, ValueError if it is not a valid model.")

@@ -3,8 +3,9 @@
 // sparse ops with neuron ranges [b, e) and index lists, T = 1, 5, 40), each
 // run on a backend under test and on a reference, compared at a stated
 // per-case tolerance (normalised mean squared error, and exact equality for
-// index lists). Pairs: cpu-scalar vs cpu-simd, sim vs cpu. A new backend is
-// one more row in `targets`.
+// index lists). Pairs: cpu-scalar vs cpu-simd, sim vs cpu, and cuda vs cpu
+// where the build has CUDA and a device is present (one PASS / FAIL line per
+// case: tools/gpu-check.sh keeps the table). A new backend is one more pair.
 //
 // Also here: the contracts of the backend layer itself -- the CPU backend
 // refuses device memory, sim refuses host memory outside a transfer, budgets
@@ -20,6 +21,9 @@
 #include <vector>
 
 #include "ggml-backend-sim.h"
+#ifdef PINFER_CUDA
+#include "ggml-backend-cuda.h"
+#endif
 #include "ggml-cpu.h"
 #include "ggml-backend.h"
 #include "ggml.h"
@@ -229,7 +233,10 @@ struct target {
 };
 
 // Runs one case on t; returns the output bytes and its type.
-static bool run_case(const op_case &c, const target &t, ggml_backend_t cpu, std::vector<uint8_t> &out, ggml_type &type) {
+// high: every weight product at GGML_PREC_HIGH (the reference of a device
+// whose activations are never quantized).
+static bool run_case(const op_case &c, const target &t, ggml_backend_t cpu, std::vector<uint8_t> &out, ggml_type &type,
+                     bool high = false) {
     ggml_init_params ip = {64ull << 20, nullptr, true};
     ggml_context *ctx = ggml_init(ip);
     ggml_set_backend(ctx, t.be);
@@ -238,7 +245,11 @@ static bool run_case(const op_case &c, const target &t, ggml_backend_t cpu, std:
     ggml_set_output(r);
     ggml_cgraph *g = ggml_new_graph(ctx);
     ggml_build_forward_expand(g, r);
-    for (int i = 0; i < ggml_graph_n_nodes(g); i++) g_op_seen[ggml_graph_node(g, i)->op] = true;
+    for (int i = 0; i < ggml_graph_n_nodes(g); i++) {
+        ggml_tensor *node = ggml_graph_node(g, i);
+        g_op_seen[node->op] = true;
+        if (high && ggml_op_takes_prec(node->op)) ggml_set_prec(node, GGML_PREC_HIGH);
+    }
     // the leafs in the target's memory, through the buffer API
     size_t total = 0;
     for (auto &l : in.leafs) total += (ggml_nbytes(l.first) + 255) / 256 * 256;
@@ -252,7 +263,13 @@ static bool run_case(const op_case &c, const target &t, ggml_backend_t cpu, std:
     ggml_backend_t bes[2] = {t.be, cpu};
     ggml_backend_sched *s = t.be == cpu ? ggml_backend_sched_new(&cpu, 1) : ggml_backend_sched_new(bes, 2);
     ggml_cpu_force_scalar(t.scalar);
-    bool ok = ggml_backend_sched_alloc_graph(s, g) && ggml_backend_sched_graph_compute(s, g) == 0;
+    bool ok = ggml_backend_sched_alloc_graph(s, g);
+    for (int i = 0; ok && i < ggml_graph_n_nodes(g); i++)  // planned: a device's answer may depend on the memory
+        if (!ggml_backend_supports_op(t.be, ggml_graph_node(g, i))) {
+            fprintf(stderr, "  %s on %s: %s is not supported\n", c.name.c_str(), t.name, ggml_op_name(ggml_graph_node(g, i)->op));
+            ok = false;
+        }
+    ok = ok && ggml_backend_sched_graph_compute(s, g) == 0;
     ggml_cpu_force_scalar(0);
     if (ok) {
         out.resize(ggml_nbytes(r));
@@ -267,16 +284,21 @@ static bool run_case(const op_case &c, const target &t, ggml_backend_t cpu, std:
     return ok;
 }
 
-static void compare(const op_case &c, const char *pair, const std::vector<uint8_t> &a, const std::vector<uint8_t> &b,
-                    ggml_type type) {
+// Returns true when the outputs agree; *nmse gets the error (integers: 0 or 1).
+static bool compare(const op_case &c, const char *pair, const std::vector<uint8_t> &a, const std::vector<uint8_t> &b,
+                    ggml_type type, double *nmse_out = nullptr) {
     g_cases++;
+    double dummy;
+    double &nmse_r = nmse_out ? *nmse_out : dummy;
+    nmse_r = 1;
     if (a.size() != b.size()) {
         CHECK(false, "%s (%s): output sizes differ", c.name.c_str(), pair);
-        return;
+        return false;
     }
     if (type != GGML_TYPE_F32) {  // index lists, argmax: exactly
         CHECK(a == b, "%s (%s): integer outputs differ", c.name.c_str(), pair);
-        return;
+        nmse_r = a == b ? 0 : 1;
+        return a == b;
     }
     const float *x = (const float *)a.data(), *y = (const float *)b.data();
     const size_t n = a.size() / 4;
@@ -284,14 +306,46 @@ static void compare(const op_case &c, const char *pair, const std::vector<uint8_
     for (size_t i = 0; i < n; i++) {
         if (std::isnan(x[i]) != std::isnan(y[i])) {
             CHECK(false, "%s (%s): NaN at %zu", c.name.c_str(), pair, i);
-            return;
+            return false;
         }
         err += ((double)x[i] - y[i]) * ((double)x[i] - y[i]);
         ref += (double)x[i] * x[i];
     }
     const double nmse = ref > 0 ? err / ref : err;
+    nmse_r = nmse;
     CHECK(nmse <= c.tol, "%s (%s): NMSE %.3g above the tolerance %.3g", c.name.c_str(), pair, nmse, c.tol);
+    return nmse <= c.tol;
 }
+
+#ifdef PINFER_CUDA
+// A device against the CPU at high precision, one table line per case. The
+// device's activations are FP32, the CPU's at high precision about 16 bits:
+// a case with a weight product is held to max(its tolerance, 1e-8).
+static void test_device_ops(ggml_backend_t cpu, ggml_backend_t dev, const char *name) {
+    const std::vector<op_case> cases = make_cases();
+    const target ref{"cpu", cpu, false}, devt{name, dev, false};
+    int pass = 0, fail = 0;
+    for (const op_case &c : cases) {
+        std::vector<uint8_t> a, b;
+        ggml_type ta = GGML_TYPE_F32, tb = GGML_TYPE_F32;
+        const bool oka = run_case(c, ref, cpu, a, ta, true), okb = run_case(c, devt, cpu, b, tb, true);
+        bool ok = oka && okb;
+        double nmse = -1;
+        CHECK(ok, "%s: failed to run (%s vs cpu)", c.name.c_str(), name);
+        if (ok) {
+            op_case cc = c;
+            const bool product = c.name.rfind("mul_mat", 0) == 0 || c.name.rfind("sparse_down", 0) == 0 ||
+                                 c.name.rfind("sparse_ffn", 0) == 0 || c.name.rfind("sparse_predict", 0) == 0;
+            if (product && cc.tol > 0) cc.tol = std::max(cc.tol, 1e-8);
+            const std::string pair = std::string(name) + " vs cpu";
+            ok = compare(cc, pair.c_str(), a, b, ta, &nmse);
+        }
+        (ok ? pass : fail)++;
+        printf("%s %-4s %-60s nmse %.3g\n", name, ok ? "PASS" : "FAIL", c.name.c_str(), nmse);
+    }
+    printf("%s vs cpu: %d PASS, %d FAIL of %zu cases\n", name, pass, fail, cases.size());
+}
+#endif
 
 static void test_ops(ggml_backend_t cpu, ggml_backend_t sim) {
     const std::vector<op_case> cases = make_cases();
@@ -411,6 +465,73 @@ static void test_contracts(ggml_backend_t cpu) {
     ggml_backend_free(sim);
 }
 
+#ifdef PINFER_CUDA
+// The CUDA backend's own contracts: its budget holds, a transfer there and
+// back runs through both streams (values and counted bytes), a strided
+// source arrives compact, its events order the host after its queue.
+static void test_device_contracts(ggml_backend_t cpu) {
+    ggml_backend_t dev = ggml_backend_cuda_init(0, 1 << 20);
+    CHECK(dev != nullptr, "cuda init with a 1 MiB budget: %s", ggml_backend_last_error());
+    if (!dev) return;
+    ggml_backend_buffer_type_t bt = ggml_backend_get_default_buffer_type(dev);
+    CHECK(!ggml_backend_buft_is_host(bt), "cuda memory must be non-host");
+    CHECK(ggml_backend_buft_is_host(ggml_backend_get_host_buffer_type(dev)), "its pinned memory is host memory");
+    ggml_backend_buffer_t b1 = ggml_backend_buft_alloc_buffer(bt, 768 << 10);
+    ggml_backend_buffer_t b2 = ggml_backend_buft_alloc_buffer(bt, 768 << 10);
+    CHECK(b1 && !b2, "1 MiB holds 768 KiB once");
+    ggml_backend_buffer_free(b1);
+
+    ggml_init_params ip = {1 << 20, nullptr, true};
+    ggml_context *ctx = ggml_init(ip);
+    std::vector<float> v(256), m(16 * 8);
+    for (int i = 0; i < 256; i++) v[(size_t)i] = (float)i - 100;
+    for (size_t i = 0; i < m.size(); i++) m[i] = (float)i * 0.5f;
+    ggml_tensor *x = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 256);  // host, caller-owned
+    x->data = v.data();
+    ggml_tensor *mh = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 16, 8);
+    mh->data = m.data();
+    ggml_set_backend(ctx, dev);
+    ggml_tensor *xd = ggml_transfer(ctx, x, false);
+    // columns 4..11 of an 8 x 16 matrix: a strided source, one 2-D copy
+    ggml_tensor *cols = ggml_transfer(ctx, ggml_view_2d(ctx, mh, 8, 8, mh->nb[1], 4 * sizeof(float)), false);
+    ggml_tensor *xh = ggml_transfer(ctx, ggml_scale(ctx, xd, 2.0f), true);
+    ggml_tensor *ch = ggml_transfer(ctx, ggml_scale(ctx, cols, 1.0f), true);
+    ggml_set_backend(ctx, nullptr);
+    ggml_tensor *y = ggml_relu(ctx, xh);
+    ggml_tensor *yc = ggml_scale(ctx, ch, 1.0f);
+    ggml_set_output(y);
+    ggml_set_output(yc);
+    ggml_cgraph *g = ggml_new_graph(ctx);
+    ggml_build_forward_expand(g, y);
+    ggml_build_forward_expand(g, yc);
+    ggml_backend_t bes[2] = {dev, cpu};
+    ggml_backend_sched *s = ggml_backend_sched_new(bes, 2);
+    ggml_backend_cuda_reset_counters(dev);
+    CHECK(ggml_backend_sched_alloc_graph(s, g), "plan: %s", ggml_backend_last_error());
+    CHECK(ggml_backend_sched_graph_compute(s, g) == 0, "compute: %s", ggml_backend_last_error());
+    std::vector<float> out(256), oc(64);
+    ggml_backend_tensor_get(y, out.data(), 0, sizeof(float) * 256);
+    ggml_backend_tensor_get(yc, oc.data(), 0, sizeof(float) * 64);
+    for (int i = 0; i < 256; i++) CHECK(out[(size_t)i] == fmaxf(0.0f, 2.0f * v[(size_t)i]), "cuda round trip value %d", i);
+    for (int r = 0; r < 8; r++)
+        for (int k = 0; k < 8; k++) CHECK(oc[(size_t)(r * 8 + k)] == m[(size_t)(r * 16 + 4 + k)], "strided column copy %d,%d", r, k);
+    ggml_backend_sim_counters c;
+    ggml_backend_cuda_get_counters(dev, &c);
+    CHECK(c.bytes_h2d >= 1024 + 256 && c.bytes_d2h >= 1024 + 256, "counted copies: %llu / %llu", (unsigned long long)c.bytes_h2d,
+          (unsigned long long)c.bytes_d2h);
+    ggml_backend_sched_free(s);
+
+    ggml_backend_event_t ev = ggml_backend_event_new(dev);
+    ggml_backend_event_record(ev);
+    ggml_backend_event_synchronize(ev);
+    CHECK(ggml_backend_event_query(ev), "a synchronized CUDA event has been reached");
+    ggml_backend_event_free(ev);
+    ggml_free(ctx);
+    ggml_backend_buffer_free(b2);
+    ggml_backend_free(dev);
+}
+#endif
+
 int main() {
     ggml_backend_t cpu = ggml_backend_cpu_init(2);
     ggml_backend_sim_params sp = ggml_backend_sim_default_params();
@@ -421,6 +542,21 @@ int main() {
     for (int op = 0; op < GGML_OP_COUNT; op++)
         CHECK(ggml_get_op_traits((ggml_op)op)->is_view || g_op_seen[op], "no case runs op %s", ggml_op_name((ggml_op)op));
     test_contracts(cpu);
+#ifdef PINFER_CUDA
+    if (ggml_backend_cuda_device_count() > 0) {
+        ggml_backend_t cuda = ggml_backend_cuda_init(0, 0);
+        CHECK(cuda != nullptr, "cuda init: %s", ggml_backend_last_error());
+        if (cuda) {
+            test_device_ops(cpu, cuda, "cuda");
+            test_device_contracts(cpu);
+            ggml_backend_free(cuda);
+        }
+    } else {
+        printf("no CUDA device: cuda rows skipped (%s)\n", ggml_backend_cuda_unavailable_reason());
+    }
+#else
+    printf("no CUDA device: cuda rows skipped (built without PINFER_CUDA)\n");
+#endif
     ggml_backend_free(sim);
     ggml_backend_free(cpu);
     printf("test-backend-ops: %d comparisons on %s kernels\n", g_cases, ggml_cpu_backend_name());

@@ -77,7 +77,7 @@ ggml_backend_t ggml_backend_cpu_init(int n_threads) {
     be->name = "CPU";
     be->is_cpu = true;
     be->iface = {cpu_supports_op, cpu_sparse_dense, cpu_compute, cpu_copy, cpu_synchronize,
-                 cpu_event_record, cpu_event_wait, cpu_free};
+                 cpu_event_record, cpu_event_wait, cpu_free, nullptr, nullptr};
     be->buft = be->host_buft = ggml_backend_cpu_buffer_type();
     be->ctx = new cpu_ctx{tp};
     return be;
