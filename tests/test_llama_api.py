@@ -381,10 +381,10 @@ def test_penalties_over_whole_context(llm):
 
 
 def test_unsupported_arguments(llm):
-    with pytest.raises(ValueError):
+    with pytest.raises(NotImplementedError, match="suffix"):
         llm("x", suffix="y")
-    with pytest.raises(ValueError):
-        llm("x", logprobs=3)
+    with pytest.raises(TypeError, match="no_such_argument"):
+        llm("x", no_such_argument=1)
 
 
 # ---- _core classes ----
