@@ -27,7 +27,7 @@ from . import compat
 from .grammar import GrammarMask, LlamaGrammar, from_response_format
 from .processors import as_processors, logit_bias_processor
 
-__all__ = ["Llama"]
+__all__ = ["Llama", "LlamaState"]
 
 #: Seed value meaning "draw a random seed" (as llama-cpp-python's LLAMA_DEFAULT_SEED).
 DEFAULT_SEED = 0xFFFFFFFF
@@ -130,6 +130,20 @@ class _Hooks:
         return bool(self.processors) or self.grammar is not None
 
 
+class LlamaState:
+    """What :meth:`Llama.save_state` returns (picklable)."""
+
+    def __init__(self, history, input_ids, logits, scores, seed_state, n_ctx, model_path) -> None:
+        self.history = history
+        self.input_ids = np.asarray(input_ids, dtype=np.intc)
+        self.n_tokens = len(input_ids)
+        self.logits = logits
+        self.scores = scores
+        self.seed_state = seed_state
+        self.n_ctx = n_ctx
+        self.model_path = model_path
+
+
 class Llama:
     """A loaded model with one context (KV cache), generating text like llama-cpp-python.
 
@@ -196,6 +210,7 @@ class Llama:
         self._model: Optional[_core.Model] = None
         self._ctx: Optional[_core.Context] = None
         self._lltok: Any = None  # llguidance's view of the vocabulary, built on first use
+        self._nl: Optional[int] = None
         compat.check("Llama", kwargs, compat.INIT)
         self._last_n = A.as_int("last_n_tokens_size", last_n_tokens_size, 0)
         self._chat_format = _chat_family(chat_format)
@@ -241,6 +256,87 @@ class Llama:
         self._seed_rng = random.Random(None if seed in (None, -1, DEFAULT_SEED) else seed)
         self._random_seed = seed in (None, -1, DEFAULT_SEED)
         self._input_ids: List[int] = []  # tokens whose keys/values are in the cache
+        # How the cache was computed: (batch, tokens of it still cached) per decode call,
+        # so that load_state() replays the same batches and gets the same bits.
+        self._history: List[Tuple[np.ndarray, int]] = []
+
+    def _truncate(self, keep: int) -> None:
+        self.ctx.kv_truncate(keep)
+        del self._input_ids[keep:]
+        hist, n = [], 0
+        for toks, kept in self._history:
+            if n >= keep:
+                break
+            kept = min(kept, keep - n)
+            hist.append((toks, kept))
+            n += kept
+        self._history = hist
+
+    def set_seed(self, seed: int) -> None:
+        """Restart the seed stream that calls without seed= draw from."""
+        seed = A.as_int("seed", seed, -1, 2**32 - 1)
+        self._random_seed = seed in (-1, DEFAULT_SEED)
+        self._seed_rng = random.Random(None if self._random_seed else seed)
+
+    def token_nl(self) -> int:
+        """The newline token (its piece is exactly "\\n"), or -1 if the vocabulary has none."""
+        if self._nl is None:
+            toks = self.model.tokenize(b"\n", False, False)
+            cand = [t for t in toks if self.model.token_to_piece(t, False) == b"\n"]
+            self._nl = cand[-1] if cand else -1
+        return self._nl
+
+    def sample(self, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, temp: float = 0.80,
+               repeat_penalty: float = 1.0, frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
+               logits_processor: Any = None, seed: Optional[int] = None, **kwargs: Any) -> int:
+        """One token from the last evaluated logits, the cached tokens as the penalties'
+        history (llama-cpp-python's sample()); the token is not evaluated."""
+        if kwargs.get("grammar") is not None:
+            raise NotImplementedError("sample(): grammar= is not supported here (a grammar lives for one "
+                                      "generation): use generate(grammar=) or create_completion(grammar=)")
+        if kwargs.get("idx") is not None:
+            raise NotImplementedError("sample(): idx= is not supported: only the last position is sampled")
+        compat.check("sample", {k: v for k, v in kwargs.items() if k not in ("grammar", "idx")},
+                     compat.SAMPLING, compat.GENERATE)
+        if not self._input_ids:
+            raise ValueError("sample(): nothing evaluated yet: call eval() first")
+        sampler = self._make_sampler(temp, top_k, top_p, min_p, repeat_penalty, None, frequency_penalty,
+                                     presence_penalty, seed)
+        for t in self._input_ids:
+            sampler.accept(t)
+        return self._pick(sampler, self._hooks(logits_processor))
+
+    # ---- state ----
+
+    def save_state(self) -> "LlamaState":
+        """The context's state: cached tokens (and how they were batched), the last
+        logits and the seed stream. :meth:`load_state` restores it bit-exactly."""
+        logits = self.ctx.logits(-1).copy() if self._input_ids else None
+        scores = self.scores.copy() if (self._input_ids and self._logits_all) else None
+        return LlamaState([(t.copy(), k) for t, k in self._history], list(self._input_ids), logits, scores,
+                          self._seed_rng.getstate(), self.n_ctx(), self.model_path)
+
+    def load_state(self, state: "LlamaState") -> None:
+        """Restore a :meth:`save_state` of this or another Llama of the same model:
+        the same batches are evaluated again, so keys, values and logits are the same
+        bits (checked; a mismatch raises RuntimeError)."""
+        if not isinstance(state, LlamaState):
+            raise TypeError(f"load_state() needs a LlamaState, got {type(state).__name__}")
+        if len(state.input_ids) > self.n_ctx():
+            raise ValueError(f"the state holds {len(state.input_ids)} tokens, more than n_ctx = {self.n_ctx()}")
+        self._truncate(0)
+        n = 0
+        for toks, kept in state.history:
+            self.ctx.decode(toks, self._logits_all)
+            n += kept
+            self.ctx.kv_truncate(n)
+        self._input_ids = list(state.input_ids)
+        self._history = [(t.copy(), k) for t, k in state.history]
+        self._seed_rng.setstate(state.seed_state)
+        if state.logits is not None and not np.array_equal(self.ctx.logits(-1), state.logits):
+            self.reset()
+            raise RuntimeError("load_state(): the restored logits differ from the saved ones "
+                               "(a different model or context settings?)")
 
     # ---- resources ----
 
@@ -254,6 +350,7 @@ class Llama:
             self._model = None
         self._lltok = None
         self._input_ids = []
+        self._history = []
 
     def __enter__(self) -> "Llama":
         return self
@@ -362,8 +459,7 @@ class Llama:
 
     def reset(self) -> None:
         """Forget the KV cache (the next prompt is evaluated from scratch)."""
-        self.ctx.kv_truncate(0)
-        self._input_ids = []
+        self._truncate(0)
 
     def eval(self, tokens: Sequence[int]) -> None:
         """Evaluate tokens after those already in the cache.
@@ -387,6 +483,7 @@ class Llama:
                              f"exceed n_ctx = {self.ctx.n_ctx}")
         self.ctx.decode(toks, self._logits_all)
         self._input_ids.extend(int(t) for t in toks)
+        self._history.append((toks.copy(), int(toks.size)))
 
     @property
     def logits(self) -> np.ndarray:
@@ -421,8 +518,7 @@ class Llama:
         while keep < limit and self._input_ids[keep] == prompt_tokens[keep]:
             keep += 1
         if keep < len(self._input_ids):
-            self.ctx.kv_truncate(keep)
-            del self._input_ids[keep:]
+            self._truncate(keep)
         self.eval(prompt_tokens[keep:])
 
     def _tokenize_prompt(self, prompt: Prompt, special: bool = False, add_bos: bool = True) -> List[int]:
