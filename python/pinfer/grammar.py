@@ -14,6 +14,8 @@ from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
+from .tokens import ExactTokenizer
+
 __all__ = ["LlamaGrammar", "GrammarMask", "JSON_OBJECT_SCHEMA"]
 
 #: response_format {"type": "json_object"}: any JSON object.
@@ -111,26 +113,12 @@ class _TokenizerWrapperSource:
         self.special_token_ids = special
         self.eos_token_id = model.eos
         self.bos_token_id = model.bos if model.bos >= 0 else None
-        self._model = model
-
-        # SentencePiece tokenizers prepend a space ("dummy prefix") to the text; llguidance
-        # needs tokens of exactly the given bytes, so such text is tokenized after a
-        # newline whose tokens are then dropped.
-        self._prefix: List[int] = []
-        if self._pieces(model.tokenize(b"x", False, False)) != b"x":
-            self._prefix = list(model.tokenize(b"\n", False, False))
-
-    def _pieces(self, toks: List[int]) -> bytes:
-        return b"".join(self._model.token_to_piece(t, False) for t in toks)
+        self._exact = ExactTokenizer(model)
 
     def __call__(self, text: bytes) -> List[int]:
         if isinstance(text, str):
             text = text.encode("utf-8")
-        if self._prefix:
-            full = list(self._model.tokenize(b"\n" + text, False, False))
-            if full[:len(self._prefix)] == self._prefix and self._pieces(full[len(self._prefix):]) == text:
-                return full[len(self._prefix):]
-        return list(self._model.tokenize(text, False, False))
+        return self._exact(text)
 
 
 def lltokenizer(model) -> Any:

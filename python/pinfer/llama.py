@@ -27,7 +27,7 @@ from . import compat
 from .grammar import GrammarMask, LlamaGrammar, from_response_format
 from .processors import as_processors, logit_bias_processor
 
-__all__ = ["Llama", "LlamaState"]
+__all__ = ["Llama", "LlamaState", "ModelNotFoundError"]
 
 #: Seed value meaning "draw a random seed" (as llama-cpp-python's LLAMA_DEFAULT_SEED).
 DEFAULT_SEED = 0xFFFFFFFF
@@ -105,6 +105,25 @@ def _kv_type(type_k: Optional[int], type_v: Optional[int]) -> str:
         raise NotImplementedError("type_k and type_v must be the same type")
     t = type_k if type_k is not None else type_v
     return names[t] if t is not None else "f16"
+
+
+class ModelNotFoundError(FileNotFoundError, ValueError):
+    """A missing model file: a ValueError as in llama-cpp-python, and a FileNotFoundError."""
+
+
+def _gguf_metadata(path: str) -> Dict[str, str]:
+    import json
+
+    import gguf
+
+    r = gguf.GGUFReader(path, "r")
+    out: Dict[str, str] = {}
+    for name, field in r.fields.items():
+        if name.startswith("GGUF."):
+            continue  # the header's own fields (version, counts), not metadata keys
+        v = field.contents()
+        out[name] = v if isinstance(v, str) else json.dumps(v)
+    return out
 
 
 def _log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -211,6 +230,9 @@ class Llama:
         self._ctx: Optional[_core.Context] = None
         self._lltok: Any = None  # llguidance's view of the vocabulary, built on first use
         self._nl: Optional[int] = None
+        self._exact: Any = None  # ExactTokenizer, built on first use
+        self._metadata: Optional[Dict[str, str]] = None
+        self._stream_owner = 0  # the completion that may use the cache (see _completion_stream)
         compat.check("Llama", kwargs, compat.INIT)
         self._last_n = A.as_int("last_n_tokens_size", last_n_tokens_size, 0)
         self._chat_format = _chat_family(chat_format)
@@ -218,6 +240,8 @@ class Llama:
         if model_path is None:
             model_path = default_model_path()
         model_path = os.fspath(model_path)
+        if not os.path.exists(model_path):
+            raise ModelNotFoundError(f"model file not found: {model_path}")
         n_ctx = A.as_int("n_ctx", n_ctx, 0, 1 << 24)
         n_batch = A.as_int("n_batch", n_batch, 1)
         if n_threads is not None:  # above the core count: capped by the context, with a notice
@@ -422,13 +446,11 @@ class Llama:
 
     @property
     def metadata(self) -> Dict[str, str]:
-        """A few string metadata values of the GGUF file (architecture, name, chat template)."""
-        out = {}
-        for key in ("general.architecture", "general.name", "tokenizer.chat_template", "tokenizer.ggml.model"):
-            v = self.model.meta(key)
-            if v is not None:
-                out[key] = v
-        return out
+        """Every GGUF metadata key with its value as a string (arrays as JSON lists),
+        read once from the file's header."""
+        if self._metadata is None:
+            self._metadata = _gguf_metadata(self.model_path)
+        return dict(self._metadata)
 
     @property
     def n_tokens(self) -> int:
@@ -640,6 +662,8 @@ class Llama:
         UTF-8 character, is held back until it is resolved."""
         if self.verbose:
             self.ctx.reset_timings()
+        self._stream_owner += 1
+        me = self._stream_owner
         self._prepare(prompt_tokens)
         for t in prompt_tokens:
             sampler.accept(t)
@@ -681,11 +705,16 @@ class Llama:
                 state["bytes"] = buf
                 yield buf[emitted:end].decode("utf-8", errors="replace"), end
                 emitted = end
-            if (limit is not None and n_gen >= limit) or self.n_tokens >= n_ctx:
+            # the context holds prompt + completion: n_tokens + 1 with this token
+            if (limit is not None and n_gen >= limit) or self.n_tokens + 1 >= n_ctx:
                 break  # finish_reason "length"; the last token needs no evaluation
+            if self._stream_owner != me:
+                raise RuntimeError("another completion started on this Llama while this stream was open; "
+                                   "finish one stream before starting the next (or use two Llama objects)")
             self.eval([tok])
         if hooks.records:  # tokens wholly cut off by a stop string have no text
             hooks.records[:] = [r for r in hooks.records if r[1] < len(buf) or r[1] == 0]
+        buf = buf[:_utf8_complete(buf, emitted, len(buf))]  # a character cut off by the end is dropped
         state["bytes"] = buf
         if emitted < len(buf):
             yield buf[emitted:].decode("utf-8", errors="replace"), len(buf)
@@ -752,7 +781,7 @@ class Llama:
                                 min_p=min_p, echo=echo, stop=stop, frequency_penalty=frequency_penalty,
                                 presence_penalty=presence_penalty, repeat_penalty=repeat_penalty,
                                 top_k=top_k, stream=stream, seed=seed, repeat_last_n=repeat_last_n,
-                                special=False, add_bos=True, model=model,
+                                special=True, add_bos=True, model=model,
                                 hooks=self._hooks(logits_processor, grammar, stopping_criteria, logit_bias,
                                                   logprobs))
 
@@ -947,6 +976,7 @@ class Llama:
         # The template may write the BOS text itself; then the tokenizer must not add another.
         add_bos = not (bos_text and prompt.startswith(bos_text))
         hooks = self._hooks(logits_processor, grammar, stopping_criteria, logit_bias, n_logprobs)
+        prompt = self._chat_tokens(prompt, messages, add_bos)
         result = self._completion(prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
                                   min_p=min_p, echo=False, stop=stop, frequency_penalty=frequency_penalty,
                                   presence_penalty=presence_penalty, repeat_penalty=repeat_penalty,
@@ -979,6 +1009,39 @@ class Llama:
                                                 "finish_reason": c["finish_reason"]}],
                            "usage": ch.get("usage")}
         return chunks()
+
+    def _chat_tokens(self, prompt: str, messages: Sequence[Dict[str, Any]], add_bos: bool) -> List[int]:
+        """The rendered chat's tokens: the template's special-token text becomes control
+        tokens, but text inside a message's content never does (written in a message,
+        "<|im_start|>system" stays text and cannot open a turn)."""
+        data = A.as_utf8("prompt", prompt)
+        spans: List[Tuple[int, int]] = []
+        pos = 0
+        for i, m in enumerate(messages):
+            c = m.get("content")
+            if not isinstance(c, str) or not c:
+                continue
+            cb = A.as_utf8(f"messages[{i}]['content']", c)
+            if self.model.tokenize(cb, False, True) == self.model.tokenize(cb, False, False):
+                continue  # no special-token text in it: nothing to escape
+            at = data.find(cb, pos)
+            if at < 0:
+                raise ValueError(f"messages[{i}]['content'] holds special-token text and the chat template "
+                                 "changed it, so it cannot be kept as plain text")
+            spans.append((at, at + len(cb)))
+            pos = at + len(cb)
+        if not spans:
+            return self.model.tokenize(data, bool(add_bos), True)
+        if self._exact is None:
+            from .tokens import ExactTokenizer
+            self._exact = ExactTokenizer(self.model)
+        toks = self.model.tokenize(data[:spans[0][0]], bool(add_bos), True)
+        for k, (a, b) in enumerate(spans):
+            toks += self._exact(data[a:b], special=False)
+            end = spans[k + 1][0] if k + 1 < len(spans) else len(data)
+            if end > b:
+                toks += self._exact(data[b:end], special=True)
+        return toks
 
     # ---- not implemented (named, so that callers learn it at once) ----
 
