@@ -116,3 +116,15 @@ def test_missing_model_file(tmp_path):
         Llama(str(tmp_path / "nope.gguf"))
     with pytest.raises(FileNotFoundError):
         Llama(str(tmp_path / "nope.gguf"))
+
+
+def test_content_as_parts(llm):
+    parts = [{"role": "user", "content": [{"type": "text", "text": "Hello "}, {"type": "text", "text": "there"}]}]
+    plain = [{"role": "user", "content": "Hello there"}]
+    a = llm.create_chat_completion(parts, max_tokens=6, temperature=0)
+    b = llm.create_chat_completion(plain, max_tokens=6, temperature=0)
+    assert a["choices"][0]["message"] == b["choices"][0]["message"]
+    assert a["usage"] == b["usage"]
+    img = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]
+    with pytest.raises(NotImplementedError, match="image_url"):
+        llm.create_chat_completion(img)

@@ -126,6 +126,22 @@ def _gguf_metadata(path: str) -> Dict[str, str]:
     return out
 
 
+def _text_content(i: int, m: Dict[str, Any]) -> Dict[str, Any]:
+    """A message whose content is a list of OpenAI parts, with its text parts joined;
+    other parts (images, audio) are refused by name."""
+    c = m.get("content")
+    if not isinstance(c, list):
+        return m
+    texts = []
+    for j, part in enumerate(c):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind != "text" or not isinstance(part.get("text"), str):
+            raise NotImplementedError(f"messages[{i}]['content'][{j}]: only text parts are supported, "
+                                      f"got type {kind!r}")
+        texts.append(part["text"])
+    return {**m, "content": "".join(texts)}
+
+
 def _log_softmax(logits: np.ndarray) -> np.ndarray:
     x = logits.astype(np.float64)
     m = np.max(x)
@@ -958,6 +974,7 @@ class Llama:
             if not logprobs:
                 raise ValueError("top_logprobs needs logprobs=True")
         n_logprobs = (top_logprobs or 0) if logprobs else None
+        messages = [_text_content(i, m) for i, m in enumerate(messages)]
         rf_grammar = from_response_format(response_format)
         if rf_grammar is not None and grammar is not None:
             raise ValueError("give either grammar= or a JSON response_format, not both")
