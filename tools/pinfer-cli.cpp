@@ -24,6 +24,10 @@
 
 #include "pinfer.h"
 
+#ifndef PINFER_CLI_VERSION
+#define PINFER_CLI_VERSION "unknown"  // CMake passes pyproject.toml's version
+#endif
+
 namespace {
 
 // The embedded default model: $PINFER_DEFAULT_MODEL, else the copy installed
@@ -73,6 +77,10 @@ struct cli_params {
     std::string device = "cpu";   // --device: cpu, sim (cuda when built with it)
     int32_t n_gpu_layers = -1;    // -ngl: -1 = not given (all that fit on a device)
     std::string offload = "neurons";  // --offload: neurons (hybrid) or layers (whole layers, as llama.cpp)
+    bool ignore_eos = false;          // --ignore-eos: end-of-generation tokens are never sampled
+    bool log_disable = false;         // --log-disable: no notices or timings on stderr
+    std::vector<std::string> reverse_prompts;  // -r: generation stops once the text ends with one
+    std::vector<std::string> no_effect;        // flags accepted for llama-cli's sake (-fa, --mlock, --no-mmap)
     pinfer_sampler_params sampling = pinfer_sampler_default_params();
 };
 
@@ -126,7 +134,15 @@ void print_usage(FILE *out, const char *argv0) {
             "        --vram-budget GIB     device memory to use (default: all of it); with --device cpu:\n"
             "                              the model's neuron placement for this budget\n"
             "                              (--verbose: the plan, GPU neurons per layer, traffic per token)\n"
-            "        --verbose             print model and run details to stderr\n",
+            "        --verbose             print model and run details to stderr\n"
+            "  -no-cnv, --no-conversation  plain completion of -p (the default)\n"
+            "        --ignore-eos          never sample an end-of-generation token (run to -n or a full context)\n"
+            "  -r,   --reverse-prompt TEXT stop once the generated text ends with TEXT (repeatable; in -cnv\n"
+            "                              it ends the reply)\n"
+            "        --log-disable         print no notices or timings to stderr\n"
+            "        --version             print the version and exit\n"
+            "  -fa,  --flash-attn [on|off|auto], --mlock, --no-mmap: accepted, no effect (one attention\n"
+            "                              kernel; weights are always memory-mapped, never locked)\n",
             argv0, d.temperature, d.top_k, d.top_p, d.min_p, d.repeat_penalty, d.repeat_last_n,
             d.presence_penalty, d.frequency_penalty);
 }
@@ -304,6 +320,25 @@ cli_params parse_args(int argc, char **argv) {
             p.n_gpu_layers = parse_int(a, value(), 0, 1 << 20);
         } else if (a == "--verbose") {
             p.verbose = true;
+        } else if (a == "-no-cnv" || a == "--no-conversation") {
+            p.conversation = false;
+        } else if (a == "--ignore-eos") {
+            p.ignore_eos = true;
+        } else if (a == "-r" || a == "--reverse-prompt") {
+            std::string r = value();
+            if (r.empty()) throw usage_error{a + " needs a non-empty text"};
+            p.reverse_prompts.push_back(r);
+        } else if (a == "--log-disable") {
+            p.log_disable = true;
+        } else if (a == "--version") {
+            printf("pinfer-cli %s\n", PINFER_CLI_VERSION);
+            exit(0);
+        } else if (a == "-fa" || a == "--flash-attn" || a == "--mlock" || a == "--no-mmap") {
+            // llama-cli's newer -fa takes on/off/auto; the older one is a bare flag.
+            if ((a == "-fa" || a == "--flash-attn") && i + 1 < argc &&
+                (!strcmp(argv[i + 1], "on") || !strcmp(argv[i + 1], "off") || !strcmp(argv[i + 1], "auto")))
+                ++i;
+            p.no_effect.push_back(a);
         } else if (a == "-" || a.empty() || a[0] != '-') {
             throw usage_error{"unexpected argument: '" + a + "'"};
         } else {
@@ -423,6 +458,9 @@ struct session {
     pinfer_model *model = nullptr;
     pinfer_context *ctx = nullptr;
     pinfer_sampler *smpl = nullptr;
+    bool ignore_eos = false;
+    std::vector<std::string> reverse_prompts;
+    std::vector<float> masked;  // the logits with end tokens at -inf (--ignore-eos)
     ~session() {
         if (smpl) pinfer_sampler_free(smpl);
         if (ctx) pinfer_context_free(ctx);
@@ -444,7 +482,7 @@ void eval_tokens(session &s, const std::vector<pinfer_token> &toks) {
         throw run_error{api_error("evaluation failed")};
 }
 
-enum class stop_reason { eog, n_predict, ctx_full };
+enum class stop_reason { eog, n_predict, ctx_full, reverse_prompt };
 
 // Samples and prints tokens until end of generation, n_predict or a full
 // context. The final token (EOG) is decoded too when keep_eog is set and there
@@ -456,9 +494,16 @@ stop_reason generate(session &s, int32_t n_predict, bool keep_eog, std::string *
     utf8_printer printer;
     *n_generated = 0;
     stop_reason why = stop_reason::n_predict;
+    std::string tail;  // generated text, for -r
     while (n_predict < 0 || *n_generated < n_predict) {
         const float *logits = pinfer_get_logits(s.ctx, -1);
         if (!logits) throw run_error{api_error("no logits after evaluation")};
+        if (s.ignore_eos) {
+            s.masked.assign(logits, logits + n_vocab);
+            for (int32_t t = 0; t < n_vocab; t++)
+                if (pinfer_token_is_eog(s.model, t)) s.masked[t] = -INFINITY;
+            logits = s.masked.data();
+        }
         pinfer_token tok = pinfer_sampler_sample(s.smpl, logits, n_vocab);
         if (tok < 0 || tok >= n_vocab) throw run_error{api_error("sampling failed")};
         pinfer_sampler_accept(s.smpl, tok);
@@ -474,6 +519,16 @@ stop_reason generate(session &s, int32_t n_predict, bool keep_eog, std::string *
         printer.write(piece);
         if (out_text) *out_text += piece;
         ++*n_generated;
+        if (!s.reverse_prompts.empty()) {
+            tail += piece;
+            bool hit = false;
+            for (const std::string &r : s.reverse_prompts)
+                hit = hit || (tail.size() >= r.size() && tail.compare(tail.size() - r.size(), r.size(), r) == 0);
+            if (hit) {
+                why = stop_reason::reverse_prompt;
+                break;
+            }
+        }
         if (pinfer_n_past(s.ctx) >= n_ctx) {
             why = stop_reason::ctx_full;
             break;
@@ -730,6 +785,12 @@ int run(int argc, char **argv) {
         s.smpl = pinfer_sampler_new(s.model, p.sampling);
         if (!s.smpl) throw run_error{api_error("cannot create the sampler")};
         const double t_load_ms = now_ms() - t0;
+        s.ignore_eos = p.ignore_eos;
+        s.reverse_prompts = p.reverse_prompts;
+        if (!p.log_disable)
+            for (const std::string &f : p.no_effect)
+                fprintf(stderr, "pinfer: notice: %s has no effect (one attention kernel; weights are memory-mapped, "
+                                "not locked)\n", f.c_str());
 
         if (p.verbose) {
             fprintf(stderr, "pinfer: model %s: %s\n", p.model.c_str(), pinfer_model_desc(s.model));
@@ -756,7 +817,7 @@ int run(int argc, char **argv) {
 
         if (p.conversation) {
             int rc = run_conversation(s, p, prompt);
-            print_timings(s, t_load_ms);
+            if (!p.log_disable) print_timings(s, t_load_ms);
             if (p.sparse_stats || p.sparse_verify) print_sparse_stats(s);
             return rc;
         }
@@ -781,7 +842,7 @@ int run(int argc, char **argv) {
         fputs("\n", stdout);
         fflush(stdout);
         if (why == stop_reason::ctx_full && p.verbose) fprintf(stderr, "pinfer: the context is full\n");
-        print_timings(s, t_load_ms);
+        if (!p.log_disable) print_timings(s, t_load_ms);
         if (p.verbose) print_transfers(s);
         if (p.sparse_stats || p.sparse_verify) print_sparse_stats(s);
         return 0;

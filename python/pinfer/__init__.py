@@ -1,7 +1,10 @@
 """pinfer: fast local LLM inference exploiting activation locality."""
 
 from . import _core
+from .grammar import LlamaGrammar
 from .llama import Llama
+from .processors import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 __version__ = "0.1.0"
-__all__ = ["_core", "Llama"]
+__all__ = ["_core", "Llama", "LlamaGrammar", "LogitsProcessor", "LogitsProcessorList", "StoppingCriteria",
+           "StoppingCriteriaList"]

@@ -23,8 +23,11 @@ import numpy as np
 
 from . import _core
 from . import args as A
+from . import compat
+from .grammar import GrammarMask, LlamaGrammar, from_response_format
+from .processors import as_processors, logit_bias_processor
 
-__all__ = ["Llama"]
+__all__ = ["Llama", "LlamaState", "ModelNotFoundError"]
 
 #: Seed value meaning "draw a random seed" (as llama-cpp-python's LLAMA_DEFAULT_SEED).
 DEFAULT_SEED = 0xFFFFFFFF
@@ -76,6 +79,106 @@ def _partial_stop_len(buf: bytes, stops: Sequence[bytes]) -> int:
     return best
 
 
+#: llama-cpp-python's chat_format names -> pinfer's chat families (which are accepted too).
+CHAT_FORMATS = {"chatml": "chatml", "llama-2": "llama2", "llama-3": "llama3", "mistral-instruct": "mistral",
+                "gemma": "gemma", "zephyr": "zephyr", "vicuna": "vicuna", "phi-3": "phi3",
+                "vicuna-orca": "vicuna-orca", "falcon": "falcon"}
+
+
+def _chat_family(chat_format: Optional[str]) -> Optional[str]:
+    if chat_format is None:
+        return None
+    if not isinstance(chat_format, str):
+        raise TypeError(f"chat_format must be a str, got {type(chat_format).__name__}")
+    fam = CHAT_FORMATS.get(chat_format) or (chat_format if chat_format in CHAT_FORMATS.values() else None)
+    if fam is None:
+        raise ValueError(f"chat_format {chat_format!r} is not one of {', '.join(sorted(CHAT_FORMATS))}")
+    return fam
+
+
+def _kv_type(type_k: Optional[int], type_v: Optional[int]) -> str:
+    names = {0: "f32", 1: "f16"}  # GGML type ids
+    for name, v in (("type_k", type_k), ("type_v", type_v)):
+        if v is not None and v not in names:
+            raise NotImplementedError(f"{name}={v!r} is not supported: the KV cache is F32 (0) or F16 (1)")
+    if type_k is not None and type_v is not None and type_k != type_v:
+        raise NotImplementedError("type_k and type_v must be the same type")
+    t = type_k if type_k is not None else type_v
+    return names[t] if t is not None else "f16"
+
+
+class ModelNotFoundError(FileNotFoundError, ValueError):
+    """A missing model file: a ValueError as in llama-cpp-python, and a FileNotFoundError."""
+
+
+def _gguf_metadata(path: str) -> Dict[str, str]:
+    import json
+
+    import gguf
+
+    r = gguf.GGUFReader(path, "r")
+    out: Dict[str, str] = {}
+    for name, field in r.fields.items():
+        if name.startswith("GGUF."):
+            continue  # the header's own fields (version, counts), not metadata keys
+        v = field.contents()
+        out[name] = v if isinstance(v, str) else json.dumps(v)
+    return out
+
+
+def _text_content(i: int, m: Dict[str, Any]) -> Dict[str, Any]:
+    """A message whose content is a list of OpenAI parts, with its text parts joined;
+    other parts (images, audio) are refused by name."""
+    c = m.get("content")
+    if not isinstance(c, list):
+        return m
+    texts = []
+    for j, part in enumerate(c):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind != "text" or not isinstance(part.get("text"), str):
+            raise NotImplementedError(f"messages[{i}]['content'][{j}]: only text parts are supported, "
+                                      f"got type {kind!r}")
+        texts.append(part["text"])
+    return {**m, "content": "".join(texts)}
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    x = logits.astype(np.float64)
+    m = np.max(x)
+    return x - (m + np.log(np.sum(np.exp(x - m))))
+
+
+class _Hooks:
+    """Per-call additions to the sampler chain: logits processors (logit_bias among
+    them) and a grammar mask before the pick, stopping criteria and logprobs after."""
+
+    def __init__(self, processors: List[Any], grammar: Optional[GrammarMask], stopping: List[Any],
+                 n_logprobs: Optional[int]) -> None:
+        self.processors = processors
+        self.grammar = grammar
+        self.stopping = stopping
+        self.n_logprobs = n_logprobs
+        self.records: List[Tuple[int, int, float, List[Tuple[int, float]]]] = []  # tok, byte start, lp, top
+
+    @property
+    def edits_logits(self) -> bool:
+        return bool(self.processors) or self.grammar is not None
+
+
+class LlamaState:
+    """What :meth:`Llama.save_state` returns (picklable)."""
+
+    def __init__(self, history, input_ids, logits, scores, seed_state, n_ctx, model_path) -> None:
+        self.history = history
+        self.input_ids = np.asarray(input_ids, dtype=np.intc)
+        self.n_tokens = len(input_ids)
+        self.logits = logits
+        self.scores = scores
+        self.seed_state = seed_state
+        self.n_ctx = n_ctx
+        self.model_path = model_path
+
+
 class Llama:
     """A loaded model with one context (KV cache), generating text like llama-cpp-python.
 
@@ -106,6 +209,15 @@ class Llama:
         n_gpu_layers: layers on the device, in order (None / -1: as many as the
             budget holds). Without a device a notice is printed and the CPU runs all.
         vram_budget: GiB of device memory the plan may use (None: all of it).
+        last_n_tokens_size: the default penalty window (repeat_last_n) of completions.
+        chat_format: a chat format name ("chatml", "llama-2", "llama-3",
+            "mistral-instruct", "gemma", "zephyr", "vicuna", "phi-3", ...) used instead
+            of the model's own template.
+        type_k, type_v: KV cache type as a GGML type id (0: F32, 1: F16; both alike).
+
+    Other llama-cpp-python arguments are listed in :mod:`pinfer.compat`: performance
+    hints are accepted with a notice, unimplemented features raise NotImplementedError
+    naming them, unknown names raise TypeError.
     """
 
     def __init__(
@@ -125,15 +237,28 @@ class Llama:
         device: str = "cpu",
         n_gpu_layers: Optional[int] = None,
         vram_budget: Optional[float] = None,
+        last_n_tokens_size: int = 64,
+        chat_format: Optional[str] = None,
+        type_k: Optional[int] = None,
+        type_v: Optional[int] = None,
         **kwargs: Any,
     ) -> None:
         self._model: Optional[_core.Model] = None
         self._ctx: Optional[_core.Context] = None
-        # Arguments of llama-cpp-python that have no meaning here are accepted and ignored
-        # (main_gpu etc.), so existing code runs unchanged.
+        self._lltok: Any = None  # llguidance's view of the vocabulary, built on first use
+        self._nl: Optional[int] = None
+        self._exact: Any = None  # ExactTokenizer, built on first use
+        self._metadata: Optional[Dict[str, str]] = None
+        self._stream_owner = 0  # the completion that may use the cache (see _completion_stream)
+        compat.check("Llama", kwargs, compat.INIT)
+        self._last_n = A.as_int("last_n_tokens_size", last_n_tokens_size, 0)
+        self._chat_format = _chat_family(chat_format)
+        kv_type = _kv_type(type_k, type_v)
         if model_path is None:
             model_path = default_model_path()
         model_path = os.fspath(model_path)
+        if not os.path.exists(model_path):
+            raise ModelNotFoundError(f"model file not found: {model_path}")
         n_ctx = A.as_int("n_ctx", n_ctx, 0, 1 << 24)
         n_batch = A.as_int("n_batch", n_batch, 1)
         if n_threads is not None:  # above the core count: capped by the context, with a notice
@@ -160,7 +285,7 @@ class Llama:
         if device == "cpu" and n_gpu_layers not in (None, 0):
             print(f"pinfer: notice: n_gpu_layers={n_gpu_layers} without a device (device='cuda' or 'sim'): "
                   "every layer runs on the CPU", file=sys.stderr)
-        self._ctx = _core.Context(self._model, n_ctx, n_batch, n_threads or 0, "f16", sparse,
+        self._ctx = _core.Context(self._model, n_ctx, n_batch, n_threads or 0, kv_type, sparse,
                                   bool(sparse_stats), bool(sparse_verify), precision=precision, device=device,
                                   n_gpu_layers=-1 if n_gpu_layers is None else n_gpu_layers,
                                   vram_budget=float(vram_budget or 0.0))
@@ -172,6 +297,87 @@ class Llama:
         self._seed_rng = random.Random(None if seed in (None, -1, DEFAULT_SEED) else seed)
         self._random_seed = seed in (None, -1, DEFAULT_SEED)
         self._input_ids: List[int] = []  # tokens whose keys/values are in the cache
+        # How the cache was computed: (batch, tokens of it still cached) per decode call,
+        # so that load_state() replays the same batches and gets the same bits.
+        self._history: List[Tuple[np.ndarray, int]] = []
+
+    def _truncate(self, keep: int) -> None:
+        self.ctx.kv_truncate(keep)
+        del self._input_ids[keep:]
+        hist, n = [], 0
+        for toks, kept in self._history:
+            if n >= keep:
+                break
+            kept = min(kept, keep - n)
+            hist.append((toks, kept))
+            n += kept
+        self._history = hist
+
+    def set_seed(self, seed: int) -> None:
+        """Restart the seed stream that calls without seed= draw from."""
+        seed = A.as_int("seed", seed, -1, 2**32 - 1)
+        self._random_seed = seed in (-1, DEFAULT_SEED)
+        self._seed_rng = random.Random(None if self._random_seed else seed)
+
+    def token_nl(self) -> int:
+        """The newline token (its piece is exactly "\\n"), or -1 if the vocabulary has none."""
+        if self._nl is None:
+            toks = self.model.tokenize(b"\n", False, False)
+            cand = [t for t in toks if self.model.token_to_piece(t, False) == b"\n"]
+            self._nl = cand[-1] if cand else -1
+        return self._nl
+
+    def sample(self, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, temp: float = 0.80,
+               repeat_penalty: float = 1.0, frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
+               logits_processor: Any = None, seed: Optional[int] = None, **kwargs: Any) -> int:
+        """One token from the last evaluated logits, the cached tokens as the penalties'
+        history (llama-cpp-python's sample()); the token is not evaluated."""
+        if kwargs.get("grammar") is not None:
+            raise NotImplementedError("sample(): grammar= is not supported here (a grammar lives for one "
+                                      "generation): use generate(grammar=) or create_completion(grammar=)")
+        if kwargs.get("idx") is not None:
+            raise NotImplementedError("sample(): idx= is not supported: only the last position is sampled")
+        compat.check("sample", {k: v for k, v in kwargs.items() if k not in ("grammar", "idx")},
+                     compat.SAMPLING, compat.GENERATE)
+        if not self._input_ids:
+            raise ValueError("sample(): nothing evaluated yet: call eval() first")
+        sampler = self._make_sampler(temp, top_k, top_p, min_p, repeat_penalty, None, frequency_penalty,
+                                     presence_penalty, seed)
+        for t in self._input_ids:
+            sampler.accept(t)
+        return self._pick(sampler, self._hooks(logits_processor))
+
+    # ---- state ----
+
+    def save_state(self) -> "LlamaState":
+        """The context's state: cached tokens (and how they were batched), the last
+        logits and the seed stream. :meth:`load_state` restores it bit-exactly."""
+        logits = self.ctx.logits(-1).copy() if self._input_ids else None
+        scores = self.scores.copy() if (self._input_ids and self._logits_all) else None
+        return LlamaState([(t.copy(), k) for t, k in self._history], list(self._input_ids), logits, scores,
+                          self._seed_rng.getstate(), self.n_ctx(), self.model_path)
+
+    def load_state(self, state: "LlamaState") -> None:
+        """Restore a :meth:`save_state` of this or another Llama of the same model:
+        the same batches are evaluated again, so keys, values and logits are the same
+        bits (checked; a mismatch raises RuntimeError)."""
+        if not isinstance(state, LlamaState):
+            raise TypeError(f"load_state() needs a LlamaState, got {type(state).__name__}")
+        if len(state.input_ids) > self.n_ctx():
+            raise ValueError(f"the state holds {len(state.input_ids)} tokens, more than n_ctx = {self.n_ctx()}")
+        self._truncate(0)
+        n = 0
+        for toks, kept in state.history:
+            self.ctx.decode(toks, self._logits_all)
+            n += kept
+            self.ctx.kv_truncate(n)
+        self._input_ids = list(state.input_ids)
+        self._history = [(t.copy(), k) for t, k in state.history]
+        self._seed_rng.setstate(state.seed_state)
+        if state.logits is not None and not np.array_equal(self.ctx.logits(-1), state.logits):
+            self.reset()
+            raise RuntimeError("load_state(): the restored logits differ from the saved ones "
+                               "(a different model or context settings?)")
 
     # ---- resources ----
 
@@ -183,7 +389,9 @@ class Llama:
         if self._model is not None:
             self._model.close()
             self._model = None
+        self._lltok = None
         self._input_ids = []
+        self._history = []
 
     def __enter__(self) -> "Llama":
         return self
@@ -255,13 +463,11 @@ class Llama:
 
     @property
     def metadata(self) -> Dict[str, str]:
-        """A few string metadata values of the GGUF file (architecture, name, chat template)."""
-        out = {}
-        for key in ("general.architecture", "general.name", "tokenizer.chat_template", "tokenizer.ggml.model"):
-            v = self.model.meta(key)
-            if v is not None:
-                out[key] = v
-        return out
+        """Every GGUF metadata key with its value as a string (arrays as JSON lists),
+        read once from the file's header."""
+        if self._metadata is None:
+            self._metadata = _gguf_metadata(self.model_path)
+        return dict(self._metadata)
 
     @property
     def n_tokens(self) -> int:
@@ -292,8 +498,7 @@ class Llama:
 
     def reset(self) -> None:
         """Forget the KV cache (the next prompt is evaluated from scratch)."""
-        self.ctx.kv_truncate(0)
-        self._input_ids = []
+        self._truncate(0)
 
     def eval(self, tokens: Sequence[int]) -> None:
         """Evaluate tokens after those already in the cache.
@@ -317,6 +522,7 @@ class Llama:
                              f"exceed n_ctx = {self.ctx.n_ctx}")
         self.ctx.decode(toks, self._logits_all)
         self._input_ids.extend(int(t) for t in toks)
+        self._history.append((toks.copy(), int(toks.size)))
 
     @property
     def logits(self) -> np.ndarray:
@@ -351,8 +557,7 @@ class Llama:
         while keep < limit and self._input_ids[keep] == prompt_tokens[keep]:
             keep += 1
         if keep < len(self._input_ids):
-            self.ctx.kv_truncate(keep)
-            del self._input_ids[keep:]
+            self._truncate(keep)
         self.eval(prompt_tokens[keep:])
 
     def _tokenize_prompt(self, prompt: Prompt, special: bool = False, add_bos: bool = True) -> List[int]:
@@ -361,7 +566,7 @@ class Llama:
         return A.as_token_ids("prompt", prompt, self.n_vocab())
 
     def _make_sampler(self, temperature: float, top_k: int, top_p: float, min_p: float,
-                      repeat_penalty: float, repeat_last_n: int, frequency_penalty: float,
+                      repeat_penalty: float, repeat_last_n: Optional[int], frequency_penalty: float,
                       presence_penalty: float, seed: Optional[int]) -> "_core.LlamaSampler":
         temperature, top_p, min_p = (A.as_float(n, v) for n, v in
                                      (("temperature", temperature), ("top_p", top_p), ("min_p", min_p)))
@@ -369,6 +574,8 @@ class Llama:
             A.as_float(n, v) for n, v in (("repeat_penalty", repeat_penalty), ("frequency_penalty", frequency_penalty),
                                           ("presence_penalty", presence_penalty)))
         top_k = A.as_int("top_k", top_k, -2**31)
+        if repeat_last_n is None:
+            repeat_last_n = self._last_n
         repeat_last_n = A.as_int("repeat_last_n", repeat_last_n, -2**31)
         if seed is not None:
             seed = A.as_int("seed", seed, None, 2**32 - 1)
@@ -384,13 +591,67 @@ class Llama:
                                   float(repeat_penalty), int(repeat_last_n), float(frequency_penalty),
                                   float(presence_penalty), int(seed))
 
+    def _hooks(self, logits_processor: Any = None, grammar: Optional[LlamaGrammar] = None,
+               stopping_criteria: Any = None, logit_bias: Any = None,
+               n_logprobs: Optional[int] = None) -> _Hooks:
+        procs = as_processors("logits_processor", logits_processor)
+        if logit_bias:
+            procs.insert(0, logit_bias_processor(logit_bias, self.n_vocab()))
+        mask = None
+        if grammar is not None:
+            if self._lltok is None:
+                from .grammar import lltokenizer
+                self._lltok = lltokenizer(self.model)
+            mask = GrammarMask(grammar, self.n_vocab(), self._lltok)
+        return _Hooks(procs, mask, as_processors("stopping_criteria", stopping_criteria), n_logprobs)
+
+    def _pick(self, sampler: "_core.LlamaSampler", hooks: _Hooks) -> int:
+        """Sample the next token from the last logits through the hooks; the grammar
+        advances and the token's logprobs are recorded (byte start set by the caller)."""
+        if hooks.edits_logits:
+            scores = np.array(self.ctx.logits(-1), dtype=np.float32)
+            ids = np.asarray(self._input_ids, dtype=np.intc)
+            for p in hooks.processors:
+                scores = p(ids, scores)
+                if not isinstance(scores, np.ndarray) or scores.shape != (self.n_vocab(),):
+                    raise TypeError("logits_processor: a processor must return a [n_vocab] array, "
+                                    f"got {type(scores).__name__}")
+            scores = np.ascontiguousarray(scores, dtype=np.float32)
+            if hooks.grammar is not None:
+                hooks.grammar.apply(scores)
+            tok = sampler.sample(scores)
+            if hooks.grammar is not None and not self.model.is_eog(tok):
+                hooks.grammar.accept(tok)
+        else:
+            tok = sampler.sample(self.ctx)
+        if hooks.n_logprobs is not None:
+            lp = _log_softmax(self.ctx.logits(-1))
+            k = min(hooks.n_logprobs, lp.size)
+            top = np.argsort(-lp, kind="stable")[:k] if k > 0 else []
+            hooks.records.append((tok, -1, float(lp[tok]), [(int(t), float(lp[t])) for t in top]))
+        return tok
+
+    def _stops(self, hooks: _Hooks, tok: int) -> bool:
+        if not hooks.stopping:
+            return False
+        ids = np.asarray(self._input_ids + [tok], dtype=np.intc)
+        logits = self.ctx.logits(-1)
+        return any(bool(c(ids, logits)) for c in hooks.stopping)
+
     def generate(self, tokens: Sequence[int], temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
-                 min_p: float = 0.05, repeat_penalty: float = 1.0, repeat_last_n: int = 64,
+                 min_p: float = 0.05, repeat_penalty: float = 1.0, repeat_last_n: Optional[int] = None,
                  frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
-                 seed: Optional[int] = None, reset: bool = True) -> Iterator[int]:
-        """Yield sampled tokens after evaluating ``tokens``; runs until the caller stops
-        (or the context is full). End-of-generation tokens are yielded like any other."""
+                 seed: Optional[int] = None, reset: bool = True, *, temp: Optional[float] = None,
+                 logits_processor: Any = None, stopping_criteria: Any = None,
+                 grammar: Optional[LlamaGrammar] = None, **kwargs: Any) -> Iterator[int]:
+        """Yield sampled tokens after evaluating ``tokens``; runs until the caller stops,
+        a stopping criterion says so, or the context is full. End-of-generation tokens
+        are yielded like any other. ``temp`` is llama-cpp-python's name of ``temperature``."""
+        compat.check("generate", kwargs, compat.SAMPLING, compat.GENERATE)
+        if temp is not None:
+            temperature = temp
         toks = self._tokenize_prompt(tokens)
+        hooks = self._hooks(logits_processor, grammar, stopping_criteria)
         if reset:
             self._prepare(toks)
         else:
@@ -400,22 +661,26 @@ class Llama:
         for t in toks:
             sampler.accept(t)
         while True:
-            tok = sampler.sample(self.ctx)
+            tok = self._pick(sampler, hooks)
             sampler.accept(tok)
             yield tok
-            if self.n_tokens >= self.ctx.n_ctx:
+            if self._stops(hooks, tok) or self.n_tokens >= self.ctx.n_ctx:
                 return
             self.eval([tok])
 
     # ---- completion ----
 
     def _completion_stream(self, prompt_tokens: List[int], max_tokens: Optional[int], stop: List[bytes],
-                           sampler: "_core.LlamaSampler", state: Dict[str, Any]) -> Iterator[str]:
-        """Yield the completion's text as it becomes final; sets state['finish_reason']
-        and state['completion_tokens']. Text that may begin a stop string, or that ends
-        inside a UTF-8 character, is held back until it is resolved."""
+                           sampler: "_core.LlamaSampler", hooks: _Hooks,
+                           state: Dict[str, Any]) -> Iterator[Tuple[str, int]]:
+        """Yield (text, end byte) of the completion as it becomes final; sets
+        state['finish_reason'], state['completion_tokens'] and state['bytes'] (the
+        whole completion). Text that may begin a stop string, or that ends inside a
+        UTF-8 character, is held back until it is resolved."""
         if self.verbose:
             self.ctx.reset_timings()
+        self._stream_owner += 1
+        me = self._stream_owner
         self._prepare(prompt_tokens)
         for t in prompt_tokens:
             sampler.accept(t)
@@ -426,12 +691,17 @@ class Llama:
         n_gen = 0
         finish = "length"
         while True:
-            tok = sampler.sample(self.ctx)
+            tok = self._pick(sampler, hooks)
             sampler.accept(tok)
             if self.model.is_eog(tok):
+                if hooks.records:
+                    hooks.records.pop()  # the end token is not part of the text
                 finish = "stop"
                 break
             n_gen += 1
+            if hooks.records:
+                t_, _, lp, top = hooks.records[-1]
+                hooks.records[-1] = (t_, len(buf), lp, top)
             buf += self.model.token_to_piece(tok, False)
             if stop:
                 # Held-back text is never emitted, so a stop string starts at >= emitted.
@@ -440,16 +710,31 @@ class Llama:
                     buf = buf[:min(hits)]
                     finish = "stop"
                     break
+            if self._stops(hooks, tok):
+                finish = "stop"
+                break
+            if hooks.grammar is not None and hooks.grammar.is_stopped():
+                finish = "stop"  # the grammar is complete and allows nothing more
+                break
             end = len(buf) - (_partial_stop_len(buf, stop) if stop else 0)
             end = _utf8_complete(buf, emitted, end)
             if end > emitted:
-                yield buf[emitted:end].decode("utf-8", errors="replace")
+                state["bytes"] = buf
+                yield buf[emitted:end].decode("utf-8", errors="replace"), end
                 emitted = end
-            if (limit is not None and n_gen >= limit) or self.n_tokens >= n_ctx:
+            # the context holds prompt + completion: n_tokens + 1 with this token
+            if (limit is not None and n_gen >= limit) or self.n_tokens + 1 >= n_ctx:
                 break  # finish_reason "length"; the last token needs no evaluation
+            if self._stream_owner != me:
+                raise RuntimeError("another completion started on this Llama while this stream was open; "
+                                   "finish one stream before starting the next (or use two Llama objects)")
             self.eval([tok])
+        if hooks.records:  # tokens wholly cut off by a stop string have no text
+            hooks.records[:] = [r for r in hooks.records if r[1] < len(buf) or r[1] == 0]
+        buf = buf[:_utf8_complete(buf, emitted, len(buf))]  # a character cut off by the end is dropped
+        state["bytes"] = buf
         if emitted < len(buf):
-            yield buf[emitted:].decode("utf-8", errors="replace")
+            yield buf[emitted:].decode("utf-8", errors="replace"), len(buf)
         state["finish_reason"] = finish
         state["completion_tokens"] = n_gen
         if self.verbose:
@@ -480,7 +765,13 @@ class Llama:
         top_k: int = 40,
         stream: bool = False,
         seed: Optional[int] = None,
-        repeat_last_n: int = 64,
+        repeat_last_n: Optional[int] = None,
+        *,
+        model: Optional[str] = None,
+        stopping_criteria: Any = None,
+        logits_processor: Any = None,
+        grammar: Optional[LlamaGrammar] = None,
+        logit_bias: Optional[Dict[Any, float]] = None,
         **kwargs: Any,
     ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
         """Complete ``prompt`` (text or token ids).
@@ -490,25 +781,66 @@ class Llama:
         ``max_tokens`` None or <= 0 generates until end of text or a full context.
         ``stop``: strings that end the completion (not included in the text).
         ``temperature`` 0 is greedy. ``seed`` fixes this call's sampling.
+        ``logprobs=N``: each generated token's log probability and the N most likely
+        alternatives (OpenAI's completion format), from the model's own distribution.
+        ``grammar``: a :class:`LlamaGrammar` the output must match.
+        ``logit_bias``: {token id: bias} added to the logits; ``logits_processor`` and
+        ``stopping_criteria``: see :mod:`pinfer.processors`. ``model``: the name reported.
         """
-        if suffix is not None:
-            raise ValueError("suffix (fill-in-the-middle) is not supported")
+        compat.check("create_completion", {"suffix": suffix, "typical_p": typical_p, **kwargs},
+                     compat.COMPLETION, compat.SAMPLING)
         if logprobs is not None:
-            raise ValueError("logprobs are not supported")
+            logprobs = A.as_int("logprobs", logprobs, 0, None)
+            if echo:
+                raise NotImplementedError("create_completion(): logprobs with echo=True is not supported "
+                                          "(the prompt's logprobs)")
         return self._completion(prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
                                 min_p=min_p, echo=echo, stop=stop, frequency_penalty=frequency_penalty,
                                 presence_penalty=presence_penalty, repeat_penalty=repeat_penalty,
                                 top_k=top_k, stream=stream, seed=seed, repeat_last_n=repeat_last_n,
-                                special=False, add_bos=True)
+                                special=True, add_bos=True, model=model,
+                                hooks=self._hooks(logits_processor, grammar, stopping_criteria, logit_bias,
+                                                  logprobs))
+
+    def _logprobs(self, hooks: _Hooks, buf: bytes, lo: int, hi: int, text_base: int,
+                  chat: bool) -> Optional[Dict[str, Any]]:
+        """Logprobs of the recorded tokens starting in bytes [lo, hi) of buf, in OpenAI's
+        completion format (tokens, text_offset, token_logprobs, top_logprobs) or chat
+        format (content: [{token, logprob, bytes, top_logprobs}])."""
+        if hooks.n_logprobs is None:
+            return None
+        piece = self.model.token_to_piece
+        content: List[Dict[str, Any]] = []
+        out: Dict[str, Any] = {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
+        for tok, start, lp, top in hooks.records:
+            if not lo <= start < hi:
+                continue
+            raw = piece(tok, False)
+            text = raw.decode("utf-8", errors="ignore")
+            if chat:
+                content.append({"token": text, "logprob": lp, "bytes": list(raw),
+                                "top_logprobs": [{"token": piece(t, False).decode("utf-8", errors="ignore"),
+                                                  "logprob": v, "bytes": list(piece(t, False))} for t, v in top]})
+                continue
+            out["tokens"].append(text)
+            out["text_offset"].append(text_base + len(buf[:start].decode("utf-8", errors="ignore")))
+            out["token_logprobs"].append(lp)
+            alts = {piece(t, False).decode("utf-8", errors="ignore"): v for t, v in top}
+            alts[text] = lp  # the chosen token is always listed, as llama-cpp-python does
+            out["top_logprobs"].append(alts)
+        return {"content": content, "refusal": None} if chat else out
 
     def _completion(self, prompt: Prompt, *, max_tokens: Optional[int], temperature: float, top_p: float,
                     min_p: float, echo: bool, stop: Optional[Union[str, List[str]]], frequency_penalty: float,
                     presence_penalty: float, repeat_penalty: float, top_k: int, stream: bool,
-                    seed: Optional[int], repeat_last_n: int, special: bool, add_bos: bool):
+                    seed: Optional[int], repeat_last_n: Optional[int], special: bool, add_bos: bool,
+                    model: Optional[str], hooks: _Hooks, chat_logprobs: bool = False):
         self.ctx  # raise now if closed, not on the first next() of a stream
         stops = [A.as_utf8("stop", s) for s in A.as_str_list("stop", stop) if s]
         if max_tokens is not None:
             max_tokens = A.as_int("max_tokens", max_tokens, None, None)
+        if model is not None and not isinstance(model, str):
+            raise TypeError(f"model must be a str, got {type(model).__name__}")
         prompt_tokens = self._tokenize_prompt(prompt, special=special, add_bos=add_bos)
         if not prompt_tokens:
             raise ValueError("the prompt is empty and the model adds no BOS token")
@@ -519,7 +851,7 @@ class Llama:
                                      frequency_penalty, presence_penalty, seed)
         cid = f"cmpl-{uuid.uuid4()}"
         created = int(time.time())
-        model_name = self.model_path
+        model_name = model if model is not None else self.model_path
         if echo:
             prompt_text = (prompt if isinstance(prompt, str) else
                            prompt.decode("utf-8", errors="replace") if isinstance(prompt, bytes) else
@@ -527,7 +859,8 @@ class Llama:
         else:
             prompt_text = ""
         state: Dict[str, Any] = {}
-        pieces = self._completion_stream(prompt_tokens, max_tokens, stops, sampler, state)
+        pieces = self._completion_stream(prompt_tokens, max_tokens, stops, sampler, hooks, state)
+        base = len(prompt_text)
 
         def usage() -> Dict[str, int]:
             n_c = state.get("completion_tokens", 0)
@@ -536,22 +869,27 @@ class Llama:
 
         if stream:
             def chunks() -> Iterator[Dict[str, Any]]:
-                def chunk(text: str, finish: Optional[str]) -> Dict[str, Any]:
+                def chunk(text: str, finish: Optional[str], lps: Optional[Dict[str, Any]]) -> Dict[str, Any]:
                     return {"id": cid, "object": "text_completion", "created": created, "model": model_name,
-                            "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": finish}]}
+                            "choices": [{"text": text, "index": 0, "logprobs": lps, "finish_reason": finish}]}
                 if prompt_text:
-                    yield chunk(prompt_text, None)
-                for text in pieces:
+                    yield chunk(prompt_text, None, None)
+                lo = 0
+                for text, end in pieces:
                     if text:
-                        yield chunk(text, None)
-                last = chunk("", state["finish_reason"])
+                        # The logprobs of the tokens that start in this chunk go with it.
+                        lps = self._logprobs(hooks, state["bytes"], lo, end, base, chat_logprobs)
+                        lo = end
+                        yield chunk(text, None, lps)
+                last = chunk("", state["finish_reason"], None)
                 last["usage"] = usage()
                 yield last
             return chunks()
 
-        text = prompt_text + "".join(pieces)
+        text = prompt_text + "".join(t for t, _ in pieces)
+        lps = self._logprobs(hooks, state["bytes"], 0, 1 << 62, base, chat_logprobs)
         return {"id": cid, "object": "text_completion", "created": created, "model": model_name,
-                "choices": [{"text": text, "index": 0, "logprobs": None,
+                "choices": [{"text": text, "index": 0, "logprobs": lps,
                              "finish_reason": state["finish_reason"]}],
                 "usage": usage()}
 
@@ -569,6 +907,13 @@ class Llama:
 
         from . import chat_template as ct
 
+        if chat_template is None and self._chat_format is not None:
+            bos, eos = self.model.bos, self.model.eos
+            return _core.apply_chat_template(
+                self._chat_format, [{"role": m["role"], "content": m.get("content") or ""} for m in messages],
+                add_generation_prompt,
+                self.model.token_to_piece(bos, True).decode("utf-8", errors="replace") if bos >= 0 else "",
+                self.model.token_to_piece(eos, True).decode("utf-8", errors="replace") if eos >= 0 else "")
         template = chat_template or self.model.chat_template
         if not template:
             raise ValueError("the model has no chat template (tokenizer.chat_template); pass chat_template=...")
@@ -601,6 +946,15 @@ class Llama:
         frequency_penalty: float = 0.0,
         repeat_penalty: float = 1.0,
         chat_template: Optional[str] = None,
+        *,
+        response_format: Optional[Dict[str, Any]] = None,
+        model: Optional[str] = None,
+        logits_processor: Any = None,
+        stopping_criteria: Any = None,
+        grammar: Optional[LlamaGrammar] = None,
+        logit_bias: Optional[Dict[Any, float]] = None,
+        logprobs: Optional[bool] = None,
+        top_logprobs: Optional[int] = None,
         **kwargs: Any,
     ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
         """Reply to a chat (``[{"role": ..., "content": ...}, ...]``).
@@ -608,9 +962,24 @@ class Llama:
         Returns an OpenAI-style ``chat.completion`` dict, or with ``stream=True`` an
         iterator of ``chat.completion.chunk`` dicts (first delta has the role, then
         content deltas, then an empty delta with the finish reason).
+        ``response_format``: ``{"type": "json_object"}`` (any JSON object, or one valid
+        under ``"schema"``) or ``{"type": "json_schema", "json_schema": {"schema": ...}}``.
+        ``logprobs=True`` (with ``top_logprobs`` alternatives, 0-20) adds OpenAI's
+        ``choices[0]["logprobs"]["content"]``.
         """
+        compat.check("create_chat_completion", kwargs, compat.CHAT, compat.SAMPLING)
         if isinstance(messages, (str, bytes)) or not all(isinstance(m, dict) and "role" in m for m in messages):
             raise ValueError("messages must be a list of {'role': ..., 'content': ...} dicts")
+        if top_logprobs is not None:
+            top_logprobs = A.as_int("top_logprobs", top_logprobs, 0, 20)
+            if not logprobs:
+                raise ValueError("top_logprobs needs logprobs=True")
+        n_logprobs = (top_logprobs or 0) if logprobs else None
+        messages = [_text_content(i, m) for i, m in enumerate(messages)]
+        rf_grammar = from_response_format(response_format)
+        if rf_grammar is not None and grammar is not None:
+            raise ValueError("give either grammar= or a JSON response_format, not both")
+        grammar = grammar or rf_grammar
         prompt = self.apply_chat_template(messages, True, chat_template)
         if isinstance(stop, str):
             stop = [stop]
@@ -624,17 +993,20 @@ class Llama:
         bos_text = self.model.token_to_piece(bos, True).decode("utf-8", errors="replace") if bos >= 0 else ""
         # The template may write the BOS text itself; then the tokenizer must not add another.
         add_bos = not (bos_text and prompt.startswith(bos_text))
+        hooks = self._hooks(logits_processor, grammar, stopping_criteria, logit_bias, n_logprobs)
+        prompt = self._chat_tokens(prompt, messages, add_bos)
         result = self._completion(prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
                                   min_p=min_p, echo=False, stop=stop, frequency_penalty=frequency_penalty,
                                   presence_penalty=presence_penalty, repeat_penalty=repeat_penalty,
-                                  top_k=top_k, stream=stream, seed=seed, repeat_last_n=64, special=True,
-                                  add_bos=add_bos)
+                                  top_k=top_k, stream=stream, seed=seed, repeat_last_n=None, special=True,
+                                  add_bos=add_bos, model=model, hooks=hooks, chat_logprobs=True)
+
         if not stream:
             c = result["choices"][0]
             return {"id": "chat" + result["id"], "object": "chat.completion", "created": result["created"],
                     "model": result["model"],
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": c["text"]},
-                                 "logprobs": None, "finish_reason": c["finish_reason"]}],
+                                 "logprobs": c["logprobs"], "finish_reason": c["finish_reason"]}],
                     "usage": result["usage"]}
 
         def chunks() -> Iterator[Dict[str, Any]]:
@@ -647,14 +1019,57 @@ class Llama:
                                                 "finish_reason": None}]}
                     first = False
                 c = ch["choices"][0]
-                if c["finish_reason"] is None:
-                    yield {**base, "choices": [{"index": 0, "delta": {"content": c["text"]}, "logprobs": None,
-                                                "finish_reason": None}]}
-                else:
-                    if c["text"]:
-                        yield {**base, "choices": [{"index": 0, "delta": {"content": c["text"]},
-                                                    "logprobs": None, "finish_reason": None}]}
+                if c["text"]:
+                    yield {**base, "choices": [{"index": 0, "delta": {"content": c["text"]},
+                                                "logprobs": c["logprobs"], "finish_reason": None}]}
+                if c["finish_reason"] is not None:
                     yield {**base, "choices": [{"index": 0, "delta": {}, "logprobs": None,
                                                 "finish_reason": c["finish_reason"]}],
                            "usage": ch.get("usage")}
         return chunks()
+
+    def _chat_tokens(self, prompt: str, messages: Sequence[Dict[str, Any]], add_bos: bool) -> List[int]:
+        """The rendered chat's tokens: the template's special-token text becomes control
+        tokens, but text inside a message's content never does (written in a message,
+        "<|im_start|>system" stays text and cannot open a turn)."""
+        data = A.as_utf8("prompt", prompt)
+        spans: List[Tuple[int, int]] = []
+        pos = 0
+        for i, m in enumerate(messages):
+            c = m.get("content")
+            if not isinstance(c, str) or not c:
+                continue
+            cb = A.as_utf8(f"messages[{i}]['content']", c)
+            if self.model.tokenize(cb, False, True) == self.model.tokenize(cb, False, False):
+                continue  # no special-token text in it: nothing to escape
+            at = data.find(cb, pos)
+            if at < 0:
+                raise ValueError(f"messages[{i}]['content'] holds special-token text and the chat template "
+                                 "changed it, so it cannot be kept as plain text")
+            spans.append((at, at + len(cb)))
+            pos = at + len(cb)
+        if not spans:
+            return self.model.tokenize(data, bool(add_bos), True)
+        if self._exact is None:
+            from .tokens import ExactTokenizer
+            self._exact = ExactTokenizer(self.model)
+        toks = self.model.tokenize(data[:spans[0][0]], bool(add_bos), True)
+        for k, (a, b) in enumerate(spans):
+            toks += self._exact(data[a:b], special=False)
+            end = spans[k + 1][0] if k + 1 < len(spans) else len(data)
+            if end > b:
+                toks += self._exact(data[b:end], special=True)
+        return toks
+
+    # ---- not implemented (named, so that callers learn it at once) ----
+
+    def create_embedding(self, input: Any, model: Optional[str] = None) -> Dict[str, Any]:
+        """Not implemented: pinfer contexts produce logits, not embeddings."""
+        raise NotImplementedError("create_embedding() is not supported: embedding contexts "
+                                  "(Llama(embedding=True)) are not implemented")
+
+    def embed(self, input: Any, normalize: bool = False, truncate: bool = True,
+              return_count: bool = False) -> Any:
+        """Not implemented: pinfer contexts produce logits, not embeddings."""
+        raise NotImplementedError("embed() is not supported: embedding contexts "
+                                  "(Llama(embedding=True)) are not implemented")
