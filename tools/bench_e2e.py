@@ -26,30 +26,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
 import sys
 import time
 
+from benchinfo import cpu_model, loadavg
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROMPT = "The quick brown fox jumps over the lazy dog"  # 38 tokens of the byte-level vocab
 EVAL_RE = re.compile(r"eval time =\s*([\d.]+) ms /\s*(\d+) tokens")
-
-
-def loadavg() -> float:
-    with open("/proc/loadavg") as fh:
-        return float(fh.read().split()[0])
-
-
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, errors="replace").stdout
-        m = re.search(r"Model name:\s*(.+)", out)
-        return m.group(1).strip() if m else platform.processor()
-    except OSError:
-        return platform.processor()
 
 
 def log(msg: str) -> None:

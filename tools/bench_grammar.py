@@ -9,8 +9,9 @@ calls, so its share of the constrained run's time per token is printed directly.
     python tools/bench_grammar.py -m SmolLM2-135M-Instruct.Q4_1.gguf [--tokens 64] [--reps 3]
 """
 import argparse
-import platform
 import time
+
+from benchinfo import cpu_model
 
 from pinfer import Llama, LlamaGrammar
 from pinfer import grammar as G
@@ -21,17 +22,6 @@ SCHEMA = {"type": "object", "properties": {
     "friends": {"type": "array", "maxItems": 8, "items": {"type": "string", "maxLength": 30}},
     "city": {"type": "string", "maxLength": 40}}, "required": ["name", "age", "friends", "city"],
     "additionalProperties": False}
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 class Timed:

@@ -14,7 +14,6 @@ Ratios measured in one run, on one model file:
 """
 import argparse
 import os
-import platform
 import re
 import sys
 import time
@@ -23,16 +22,7 @@ import numpy as np
 
 from pinfer import _core
 
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+from benchinfo import cpu_model
 
 
 def decode_rate(m, n_tokens, prompt_len, **kw):
