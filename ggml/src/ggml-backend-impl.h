@@ -81,3 +81,8 @@ void ggml_backend_event_signal(ggml_backend_event *ev, uint64_t gen);
 // backend's event_host_wait when it has one).
 void ggml_backend_event_block(ggml_backend_event *ev, uint64_t gen);
 void ggml_backend_set_error(const char *fmt, ...);
+// Whether node and its sources are all in host memory (host) or all in the
+// backend's own (device; a transfer node has one side on the host by
+// design). Otherwise false, with an error naming the node and the tensor on
+// the wrong side: a missing transfer is an error, never a silent read.
+bool ggml_backend_node_memory_ok(const char *backend, const struct ggml_tensor *node, bool host);

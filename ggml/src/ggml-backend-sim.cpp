@@ -114,22 +114,6 @@ bool sim_supports_op(ggml_backend *, const ggml_tensor *op) { return ggml_is_tra
 bool sim_policy(int64_t n_active, int64_t n, int64_t T) { return ggml_cpu_sparse_should_use_dense(n_active, n, T); }
 bool sim_sparse_dense(ggml_backend *, int64_t n_active, int64_t n, int64_t T) { return sim_policy(n_active, n, T); }
 
-// A device computes on its own memory only; a transfer node has one side on the host.
-bool check_node(const ggml_tensor *node) {
-    if (ggml_is_transfer(node)) return true;
-    if (ggml_tensor_is_host(node)) {
-        ggml_backend_set_error("sim: node '%s' (%s) has its result in host memory", node->name, ggml_op_name(node->op));
-        return false;
-    }
-    for (int s = 0; s < GGML_MAX_SRC; s++)
-        if (node->src[s] && ggml_tensor_is_host(node->src[s])) {
-            ggml_backend_set_error("sim: node '%s' (%s) reads '%s' in host memory: a transfer is missing", node->name,
-                                   ggml_op_name(node->op), node->src[s]->name);
-            return false;
-        }
-    return true;
-}
-
 int sim_compute(ggml_backend *be, ggml_tensor **nodes, int n) {
     sim_ctx *c = ctx_of(be);
     for (int i = 0; i < n; i++) {
@@ -138,7 +122,7 @@ int sim_compute(ggml_backend *be, ggml_tensor **nodes, int n) {
             ggml_backend_set_error("sim: node '%s' has no memory (not planned)", nodes[i]->name);
             return 2;
         }
-        if (!check_node(nodes[i])) return 4;
+        if (!ggml_backend_node_memory_ok("sim", nodes[i], false)) return 4;
     }
     c->segments++;
     c->push([c, nodes, n] {

@@ -140,6 +140,23 @@ bool ggml_tensor_is_host(const ggml_tensor *t) {
     return !b || b->buft->host;
 }
 
+bool ggml_backend_node_memory_ok(const char *backend, const ggml_tensor *node, bool host) {
+    if (!host && ggml_is_transfer(node)) return true;
+    const char *other = host ? "device" : "host";
+    if (ggml_tensor_is_host(node) != host) {
+        ggml_backend_set_error("%s: node '%s' (%s) has its result in %s memory", backend, node->name, ggml_op_name(node->op),
+                               other);
+        return false;
+    }
+    for (int s = 0; s < GGML_MAX_SRC; s++)
+        if (node->src[s] && ggml_tensor_is_host(node->src[s]) != host) {
+            ggml_backend_set_error("%s: node '%s' (%s) reads '%s' in %s memory: a transfer is missing", backend, node->name,
+                                   ggml_op_name(node->op), node->src[s]->name, other);
+            return false;
+        }
+    return true;
+}
+
 // ---------------------------------------------------------------- tensor data
 
 static ggml_backend_buffer_type *buft_of(const ggml_tensor *t) {

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "ggml-backend.h"
+#include "ggml-backend-impl.h"
 #include "ggml-impl.h"
 #include "ops.h"
 
@@ -167,13 +167,6 @@ void ggml_threadpool_set_sparse_dense_policy(ggml_threadpool *tp, ggml_sparse_de
     tp->dense_policy = policy ? policy : ggml_cpu_sparse_should_use_dense;
 }
 
-static bool touches_host_only(const ggml_tensor *node) {
-    if (!ggml_tensor_is_host(node)) return false;
-    for (int s = 0; s < GGML_MAX_SRC; s++)
-        if (node->src[s] && !ggml_tensor_is_host(node->src[s])) return false;
-    return true;
-}
-
 int ggml_cpu_compute_nodes(ggml_threadpool *tp, ggml_tensor **nodes, int n, bool check_host) {
     size_t need = 0;
     for (int i = 0; i < n; i++) {
@@ -181,7 +174,7 @@ int ggml_cpu_compute_nodes(ggml_threadpool *tp, ggml_tensor **nodes, int n, bool
         if (ggml_op_is_view(node->op)) continue;
         if (!forward_table(node->op)) return 1;  // op without a CPU kernel
         if (!node->data) return 2;                // not planned
-        if (check_host && !touches_host_only(node)) return 4;  // device memory: a transfer is missing
+        if (check_host && !ggml_backend_node_memory_ok("CPU", node, true)) return 4;  // a transfer is missing
         size_t w = ggml_op_work_size(node, tp->n_threads);
         if (w > need) need = w;
     }

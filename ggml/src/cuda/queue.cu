@@ -125,17 +125,7 @@ bool check_node(ggml_backend *be, const ggml_tensor *node) {
                                node->src[0] ? ggml_type_name(node->src[0]->type) : "-");
         return false;
     }
-    if (ggml_tensor_is_host(node)) {
-        ggml_backend_set_error("cuda: node '%s' (%s) has its result in host memory", node->name, ggml_op_name(node->op));
-        return false;
-    }
-    for (int s = 0; s < GGML_MAX_SRC; s++)
-        if (node->src[s] && ggml_tensor_is_host(node->src[s])) {
-            ggml_backend_set_error("cuda: node '%s' (%s) reads '%s' in host memory: a transfer is missing", node->name,
-                                   ggml_op_name(node->op), node->src[s]->name);
-            return false;
-        }
-    return true;
+    return ggml_backend_node_memory_ok("cuda", node, false);
 }
 
 // One transfer node on the copy stream: one copy for a contiguous source, a
