@@ -280,3 +280,27 @@ def test_convert_terminated_leaves_nothing(hf_dir, tmp_path):
     p.wait(timeout=60)
     assert p.returncode == 128 + signal.SIGTERM, p.stderr.read()
     assert not out.exists() and not leftovers(tmp_path), os.listdir(tmp_path)
+
+
+def test_signal_as_the_temporary_file_appears(tmp_path, monkeypatch):
+    """A SIGTERM that lands the moment mkstemp has created the file (where the
+    race-y tests above send it) is held until the file is registered, then
+    raised: the cleanup removes the file."""
+    real = outfile.tempfile.mkstemp
+
+    def mkstemp_then_signal(*a, **k):
+        r = real(*a, **k)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.01)  # Python code runs here: an unheld handler would raise now
+        return r
+
+    monkeypatch.setattr(outfile.tempfile, "mkstemp", mkstemp_then_signal)
+    old = outfile.install_signal_handlers()
+    try:
+        with pytest.raises(outfile.Terminated):
+            with outfile.atomic_output(str(tmp_path / "o.bin")) as tmp:
+                open(tmp, "wb").write(b"never finished")
+                pytest.fail("the held signal should have been raised before the body")
+    finally:
+        outfile.restore_signal_handlers(old)
+    assert os.listdir(tmp_path) == [] and not outfile.pending()

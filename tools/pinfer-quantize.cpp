@@ -40,6 +40,7 @@
 // SIGINT, SIGTERM and SIGHUP remove it too. The output must be absent or a
 // regular file (never a device, FIFO, directory or symbolic link) and not the
 // input. All converted tensors are held in memory until the file is written.
+#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -502,15 +503,31 @@ int run(const options &o) {
 
 }  // namespace
 
-// A killed run leaves no temporary file: remove it, then die of the signal.
-static void on_signal(int sig) {
-    gguf_writer_remove_partial();
-    signal(sig, SIG_DFL);
-    raise(sig);
+// A killed run leaves no temporary file. The signals are blocked in every
+// thread (workers inherit the mask) and one thread waits for them: it removes
+// the file under the writer's lock (a handler could not take it, and would
+// miss a file created a moment before it was registered), then dies of the
+// signal as the default action would.
+static void die_cleanly_on_signals() {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    std::thread([set] {
+        int sig = 0;
+        if (sigwait(&set, &sig) != 0) return;
+        gguf_writer_remove_partial();
+        signal(sig, SIG_DFL);
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, sig);
+        pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+        raise(sig);
+    }).detach();
 }
 
 int main(int argc, char **argv) {
-    for (int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, on_signal);
+    die_cleanly_on_signals();
     try {
         return run(parse_args(argc, argv));
     } catch (const fail &f) {

@@ -179,8 +179,10 @@ int gguf_writer_write(struct gguf_writer *w, const char *path);
 // 0 if path may be written by gguf_writer_write (absent or a regular file),
 // else -1 with a message naming what it is.
 int gguf_check_output_path(const char *path, char *err, size_t errlen);
-// Removes the temporary file of a write in progress, if any. Async-signal-safe:
-// a tool's SIGINT/SIGTERM handler calls it so that a killed write leaves nothing.
+// Removes the temporary file of a write in progress, if any, and waits for a
+// write creating or renaming its file to finish that step. It takes a lock, so
+// call it from a thread that sigwait()s for SIGINT/SIGTERM (as pinfer-quantize
+// does), never from a signal handler.
 void gguf_writer_remove_partial(void);
 
 #ifdef __cplusplus

@@ -8,7 +8,6 @@
 #include "gguf.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -874,15 +874,18 @@ int gguf_check_output_path(const char *path, char *err, size_t errlen) {
     return fail(fmt("'%s' is %s; refusing to replace it (the output must be a regular file or absent)", path, kind));
 }
 
-// The temporary file being written, for gguf_writer_remove_partial (which a
-// signal handler may call): a fixed buffer, set and cleared around the write.
+// The temporary file being written, for gguf_writer_remove_partial. The lock
+// makes "the file exists" and "it is registered" one step: a remover running
+// while a write creates or renames its file waits for it instead of missing it.
 static char g_partial[4096];
-static volatile sig_atomic_t g_partial_set = 0;
+static bool g_partial_set = false;
+static std::mutex g_partial_mu;
 
 void gguf_writer_remove_partial(void) {
+    std::lock_guard<std::mutex> lk(g_partial_mu);
     if (g_partial_set) {
         unlink(g_partial);
-        g_partial_set = 0;
+        g_partial_set = false;
     }
 }
 
@@ -925,10 +928,14 @@ int gguf_writer_write(gguf_writer *w, const char *path) {
 
     std::string tmp = std::string(path) + ".tmp.XXXXXX";
     if (tmp.size() >= sizeof g_partial) return w->fail(fmt("output path too long: %s", path));
-    int fd = mkstemp(&tmp[0]);
-    if (fd < 0) return w->fail(fmt("cannot create %s: %s", tmp.c_str(), strerror(errno)));
-    memcpy(g_partial, tmp.c_str(), tmp.size() + 1);
-    g_partial_set = 1;
+    int fd;
+    {
+        std::lock_guard<std::mutex> lk(g_partial_mu);
+        fd = mkstemp(&tmp[0]);
+        if (fd < 0) return w->fail(fmt("cannot create %s: %s", tmp.c_str(), strerror(errno)));
+        memcpy(g_partial, tmp.c_str(), tmp.size() + 1);
+        g_partial_set = true;
+    }
     fchmod(fd, new_file_mode());
 
     out_file o(fd);
@@ -957,17 +964,16 @@ int gguf_writer_write(gguf_writer *w, const char *path) {
     int e = o.errnum;
     if (!e && fsync(fd) != 0) e = errno;
     if (close(fd) != 0 && !e) e = errno;
-    if (!e && gguf_check_output_path(path, perr, sizeof perr) != 0) {  // replaced meanwhile
-        g_partial_set = 0;
-        unlink(tmp.c_str());
-        return w->fail(perr);
+    bool replaced = false;
+    {
+        std::lock_guard<std::mutex> lk(g_partial_mu);
+        replaced = !e && gguf_check_output_path(path, perr, sizeof perr) != 0;  // by a device, meanwhile
+        if (!e && !replaced && rename(tmp.c_str(), path) != 0) e = errno;
+        if (e || replaced) unlink(tmp.c_str());
+        g_partial_set = false;
     }
-    if (!e && rename(tmp.c_str(), path) != 0) e = errno;
-    g_partial_set = 0;
-    if (e) {
-        unlink(tmp.c_str());
-        return w->fail(fmt("cannot write %s: %s", path, strerror(e)));
-    }
+    if (replaced) return w->fail(perr);
+    if (e) return w->fail(fmt("cannot write %s: %s", path, strerror(e)));
     // Make the rename durable too (best effort).
     std::string dir = path;
     size_t slash = dir.rfind('/');

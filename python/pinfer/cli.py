@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -81,22 +82,29 @@ def _quantize(args) -> int:
     return run_child(cmd)  # the tool prints its own progress and errors
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(parent: int) -> None:
     """In the child before exec: SIGTERM when the parent dies, even by SIGKILL
     (Linux PR_SET_PDEATHSIG), so no orphan keeps writing the output."""
     try:
         import ctypes
 
+        # The wrapper's Python handlers are inherited until exec: one of them would
+        # swallow a SIGTERM that lands before exec. The default action kills the child.
+        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(s, signal.SIG_DFL)
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, 15, 0, 0, 0)  # PR_SET_PDEATHSIG = 1, SIGTERM = 15
-        if os.getppid() == 1:  # the parent died before prctl took effect
+        if os.getppid() != parent:  # the parent died before prctl took effect (reparented)
             os._exit(143)
     except Exception:
         pass
 
 
 def child_preexec():
-    return _die_with_parent if sys.platform.startswith("linux") else None
+    if not sys.platform.startswith("linux"):
+        return None
+    parent = os.getpid()
+    return lambda: _die_with_parent(parent)
 
 
 def run_child(cmd: List[str]) -> int:

@@ -30,19 +30,51 @@ class Terminated(BaseException):
         self.signum = signum
 
 
+_held = 0            # > 0 while a temporary file is created or renamed (see signals_held)
+_deferred: list = []  # signals that arrived meanwhile
+
+
+def _raise_for(signum: int) -> None:
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Terminated(signum)
+
+
 def install_signal_handlers() -> dict:
-    """Turn SIGTERM and SIGHUP into :class:`Terminated` (main thread only);
-    returns the previous handlers for :func:`restore_signal_handlers`."""
+    """Turn SIGTERM and SIGHUP into :class:`Terminated` and SIGINT into
+    KeyboardInterrupt (main thread only); returns the previous handlers for
+    :func:`restore_signal_handlers`. A signal that lands while a temporary
+    file is being created or renamed is raised right after that step."""
     def handler(signum, frame):
-        raise Terminated(signum)
+        if _held:
+            _deferred.append(signum)
+        else:
+            _raise_for(signum)
 
     old = {}
-    for s in (signal.SIGTERM, signal.SIGHUP):
+    for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         try:
             old[s] = signal.signal(s, handler)
         except (ValueError, OSError):  # not the main thread, or not settable here
             pass
     return old
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Create-and-register (or rename-and-forget) a temporary file as one step:
+    the handlers above hold a signal until the block ends, so it never lands
+    between a file appearing and the cleanup knowing about it."""
+    global _held
+    _held += 1
+    try:
+        yield
+    finally:
+        _held -= 1
+    if not _held and _deferred:
+        signum = _deferred[0]
+        _deferred.clear()
+        _raise_for(signum)
 
 
 def restore_signal_handlers(old: dict) -> None:
@@ -105,23 +137,29 @@ def atomic_output(path: str, inputs: Iterable[str] = (), what: str = "output") -
     check_output(path, inputs, what)
     d = os.path.dirname(os.path.abspath(path))
     base, ext = os.path.splitext(os.path.basename(path))
-    # the real extension last: np.savez and savefig pick the format from it
-    fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=f".tmp{ext}", dir=d)
-    _pending.add(tmp)
+    tmp = None
     try:
+        with signals_held():
+            # the real extension last: np.savez and savefig pick the format from it
+            fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=f".tmp{ext}", dir=d)
+            _pending.add(tmp)
         os.fchmod(fd, 0o666 & ~current_umask())
         os.close(fd)
         yield tmp
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         check_output(path, inputs, what)  # nothing replaced it with a device meanwhile
-        os.replace(tmp, path)
+        with signals_held():
+            os.replace(tmp, path)
+            _pending.discard(tmp)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        if tmp is not None and tmp in _pending:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         raise
     finally:
-        _pending.discard(tmp)
+        if tmp is not None:
+            _pending.discard(tmp)
 
 
 def pending() -> Set[str]:

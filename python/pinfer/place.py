@@ -45,7 +45,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from .outfile import atomic_output
+from .outfile import atomic_output, signals_held
 
 __all__ = ["place", "format_summary", "add_parser", "main"]
 
@@ -122,9 +122,10 @@ def place(model: str, freq: str, out: str, budgets: Sequence[float], hw="rtx4090
     tmps: List[str] = []
 
     def tmp(suffix: str) -> str:
-        fd, p = tempfile.mkstemp(prefix=".pinfer-place-", suffix=suffix, dir=out_dir)
+        with signals_held():  # a signal never lands between creating and listing it
+            fd, p = tempfile.mkstemp(prefix=".pinfer-place-", suffix=suffix, dir=out_dir)
+            tmps.append(p)
         os.close(fd)
-        tmps.append(p)
         return p
 
     try:

@@ -119,7 +119,6 @@ import math
 import os
 import re
 import sys
-import tempfile
 import time
 from typing import Dict, List, Optional, Sequence, Union
 
@@ -1089,16 +1088,8 @@ def write_placements(src: str, dst: str, placements: Sequence[Placement]) -> Non
     add_placements(w, placements)
     for t in r.tensors:
         w.add_tensor(t.name, t.data, t.type, t.shape)
-    out_dir = os.path.dirname(os.path.abspath(dst))
-    fd, tmp = tempfile.mkstemp(prefix=".pinfer-solve-", suffix=".gguf.tmp", dir=out_dir)
-    os.close(fd)
-    try:
+    with atomic_output(dst, what="placed model") as tmp:  # src is read into memory: dst may be src
         w.write(tmp)
-        os.replace(tmp, dst)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 # ---------------------------------------------------------------- report, summary, plot
