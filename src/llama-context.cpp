@@ -304,6 +304,7 @@ void context::decode_batch(const int32_t *tokens, int n, int n_outputs, float *o
         x.n_graphs++;
         x.bytes_h2d += c1.bytes_h2d - c0.bytes_h2d;
         x.bytes_d2h += c1.bytes_d2h - c0.bytes_d2h;
+        x.bytes_pageable += c1.bytes_pageable - c0.bytes_pageable;
         x.n_copies += c1.n_copies - c0.n_copies;
         x.n_syncs += c1.n_synchronize - c0.n_synchronize;
         x.n_waits += (uint64_t)st.n_event_waits;

@@ -42,7 +42,7 @@ struct context_params {
 struct transfer_stats {
     int64_t n_tokens = 0;     // tokens decoded
     int64_t n_graphs = 0;     // decode graphs run (one per token when decoding)
-    uint64_t bytes_h2d = 0, bytes_d2h = 0, n_copies = 0;
+    uint64_t bytes_h2d = 0, bytes_d2h = 0, bytes_pageable = 0, n_copies = 0;
     uint64_t n_waits = 0;     // cross-backend event waits
     uint64_t n_syncs = 0;     // waits for the whole device queue
 };

@@ -365,6 +365,7 @@ int32_t pinfer_get_transfer_stats(const pinfer_context *ctx, bool decode, pinfer
         st->n_graphs = t.n_graphs;
         st->bytes_h2d = t.bytes_h2d;
         st->bytes_d2h = t.bytes_d2h;
+        st->bytes_pageable = t.bytes_pageable;
         st->n_copies = t.n_copies;
         st->n_waits = t.n_waits;
         st->n_syncs = t.n_syncs;

@@ -181,6 +181,7 @@ struct pinfer_transfer_stats {
     int64_t n_tokens;       // tokens decoded with the device
     int64_t n_graphs;       // graphs run
     uint64_t bytes_h2d, bytes_d2h;  // host <-> device bytes
+    uint64_t bytes_pageable;        // ... of them copied from or to pageable host memory (a staging miss)
     uint64_t n_copies;
     uint64_t n_waits;       // cross-backend event waits
     uint64_t n_syncs;       // waits for the whole device

@@ -109,14 +109,18 @@ def test_prompt_batches_stream_or_compute_cold_rows(models, mode):
     path = with_placement(models[mode], str(models["dir"] / f"{mode}_stream.gguf"), k)
     toks = prompt(40, seed=11)
     ref = logits_of(context(path, mode), toks)
-    moved = {}
+    moved, pageable = {}, {}
     for smin in (0, 32):
         c = context(path, mode, device="sim", prompt_stream_min=smin)
         assert rel(logits_of(c, toks), ref) <= RTOL
-        moved[smin] = c.transfer_stats(False)["bytes_h2d"]
+        st = c.transfer_stats(False)
+        moved[smin] = st["bytes_h2d"]
+        pageable[smin] = st["bytes_pageable"]
     m = _core.Model(path)
     cold = sum(4 * 3 * m.n_embd * (N_FF - kk) for kk in k)  # F32 gate, up and down rows of the cold neurons
     assert moved[32] - moved[0] >= cold - 4 * m.n_embd * 40 * 2  # weights go up; the activations no longer do
+    # activations are staged in the device's pinned memory; only the mapped weight rows are not
+    assert pageable[0] == 0 and cold <= pageable[32] <= moved[32]
 
 
 @pytest.mark.parametrize("mode", ["off", "predictor"])
@@ -146,6 +150,7 @@ def test_traffic_per_token_is_the_formula(models, mode):
     assert st["n_waits"] == n_steps * (hybrid + 1)
     assert st["n_syncs"] == n_steps
     assert st["n_copies"] == n_steps * (3 + 2 * hybrid + (hybrid if idx else 0) + 1)
+    assert st["bytes_pageable"] == 0  # every copy's host side is the device's pinned memory
 
 
 def test_thread_count_does_not_change_results(models):

@@ -612,9 +612,11 @@ void print_transfers(const session &s) {
         pinfer_transfer_stats t;
         if (pinfer_get_transfer_stats(s.ctx, decode, &t) != 0 || t.n_graphs == 0) continue;
         const double g = decode ? (double)t.n_graphs : 1.0;
-        fprintf(stderr, "pinfer: device traffic %s: %.1f KiB to the device, %.1f KiB back, %.1f copies, %.1f event waits, %.1f device syncs\n",
+        fprintf(stderr,
+                "pinfer: device traffic %s: %.1f KiB to the device, %.1f KiB back (%.1f KiB not from pinned memory), %.1f copies, "
+                "%.1f event waits, %.1f device syncs\n",
                 decode ? "per generated token" : "for the prompt", t.bytes_h2d / 1024.0 / g, t.bytes_d2h / 1024.0 / g,
-                t.n_copies / g, t.n_waits / g, t.n_syncs / g);
+                t.bytes_pageable / 1024.0 / g, t.n_copies / g, t.n_waits / g, t.n_syncs / g);
     }
 }
 

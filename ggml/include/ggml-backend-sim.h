@@ -27,6 +27,7 @@ bool ggml_backend_is_sim(ggml_backend_t be);
 struct ggml_backend_sim_counters {
     uint64_t bytes_h2d, bytes_d2h;  // host <-> device copies (transfer nodes and tensor_set/get)
     uint64_t n_copies;              // number of such copies
+    uint64_t bytes_pageable;        // ... of transfer nodes whose host side is not the device's pinned memory
     uint64_t n_queue_waits;         // times the device's queue waited for another backend's event
     uint64_t n_synchronize;         // times the host waited for the whole queue
     uint64_t n_segments;            // compute submissions

@@ -85,4 +85,7 @@ void ggml_backend_set_error(const char *fmt, ...);
 // backend's own (device; a transfer node has one side on the host by
 // design). Otherwise false, with an error naming the node and the tensor on
 // the wrong side: a missing transfer is an error, never a silent read.
+// Whether a transfer node's host side (its result for device-to-host, its
+// source otherwise) lies in host_buft: a device's own (pinned) host memory.
+bool ggml_transfer_host_in(const struct ggml_tensor *t, const struct ggml_backend_buffer_type *host_buft);
 bool ggml_backend_node_memory_ok(const char *backend, const struct ggml_tensor *node, bool host);

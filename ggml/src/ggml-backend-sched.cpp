@@ -36,6 +36,9 @@ struct ggml_backend_sched {
     std::vector<segment> segs;
     std::vector<ggml_backend_event *> events;  // one per segment (grown on demand)
     std::unordered_map<const ggml_tensor *, int> producer;  // node -> segment
+    // CPU results a device copies in: planned in that device's host memory
+    // (pinned for CUDA), so the copy is a DMA from where the CPU wrote them
+    std::unordered_map<const ggml_tensor *, ggml_backend_buffer_type *> staged;
     ggml_backend_sched_stats stats{};
 
     int index_of(const ggml_backend *be) const {
@@ -77,9 +80,12 @@ struct plan_filter {
 };
 
 // The buffer type a tensor is planned in: its backend's own memory, or that
-// backend's host memory for the result of a device-to-host transfer.
+// backend's host memory for the result of a device-to-host transfer; a CPU
+// result that a host-to-device transfer reads goes to the device's host memory.
 bool planned_in(const ggml_tensor *t, void *ud) {
     const plan_filter *f = (const plan_filter *)ud;
+    auto st = f->s->staged.find(t);
+    if (st != f->s->staged.end()) return st->second == f->buft;
     const int b = f->s->index_of(t->backend);
     if (b < 0) return false;
     const ggml_backend *be = f->s->backends[(size_t)b];
@@ -103,6 +109,13 @@ bool ggml_backend_sched_alloc_graph(ggml_backend_sched *s, ggml_cgraph *g) {
     for (int i = 0; i < ggml_graph_n_leafs(g); i++) {
         ggml_tensor *l = ggml_graph_leaf(g, i);
         if (!l->backend) l->backend = cpu;
+    }
+    s->staged.clear();
+    for (int i = 0; i < n; i++) {
+        ggml_tensor *t = nodes[i];
+        if (!ggml_is_transfer(t) || (t->flags & GGML_TENSOR_FLAG_TRANSFER_HOST) || !t->src[0]) continue;
+        ggml_tensor *src = base_of(t->src[0]);
+        if (src->backend == cpu && !src->data && t->backend->host_buft != cpu->buft) s->staged.emplace(src, t->backend->host_buft);
     }
     for (size_t k = 0; k < s->bufts.size(); k++) {
         plan_filter f{s, s->bufts[k]};

@@ -27,7 +27,7 @@ struct sim_ctx {
     int error = 0;  // of a failed queued compute, until the next synchronize
     std::thread worker;
 
-    std::atomic<uint64_t> h2d{0}, d2h{0}, copies{0}, queue_waits{0}, syncs{0}, segments{0};
+    std::atomic<uint64_t> h2d{0}, d2h{0}, copies{0}, pageable{0}, queue_waits{0}, syncs{0}, segments{0};
 
     void push(std::function<void()> f) {
         {
@@ -78,6 +78,7 @@ struct sim_ctx {
     void transfer(const ggml_tensor *t) {
         ggml_transfer_rows(t, [](void *d, const void *s, size_t n, void *) { memcpy(d, s, n); }, nullptr);
         charge(ggml_nbytes(t), ggml_tensor_is_host(t));
+        if (!ggml_transfer_host_in(t, &pinned)) pageable += ggml_nbytes(t);
     }
 };
 
@@ -218,7 +219,11 @@ ggml_backend_t ggml_backend_sim_init(ggml_backend_sim_params params) {
     c->pinned.host = true;
     c->pinned.alignment = GGML_DEFAULT_ALIGN;
     c->pinned.budget = SIZE_MAX;
-    c->pinned.alloc_mem = [](ggml_backend_buffer_type *bt, size_t size) -> void * { return aligned_alloc(bt->alignment, size); };
+    c->pinned.alloc_mem = [](ggml_backend_buffer_type *bt, size_t size) -> void * {
+        void *p = aligned_alloc(bt->alignment, (size + bt->alignment - 1) / bt->alignment * bt->alignment);
+        if (p) memset(p, 0, size);  // host buffers start zeroed, as the CPU's
+        return p;
+    };
     c->pinned.free_mem = mem_free;
     c->pinned.set = c->pinned.get = nullptr;
     c->pinned.memset = nullptr;
@@ -242,6 +247,7 @@ void ggml_backend_sim_get_counters(ggml_backend_t be, ggml_backend_sim_counters 
     sim_ctx *c = ctx_of(be);
     out->bytes_h2d = c->h2d;
     out->bytes_d2h = c->d2h;
+    out->bytes_pageable = c->pageable;
     out->n_copies = c->copies;
     out->n_queue_waits = c->queue_waits;
     out->n_synchronize = c->syncs;
@@ -250,5 +256,5 @@ void ggml_backend_sim_get_counters(ggml_backend_t be, ggml_backend_sim_counters 
 
 void ggml_backend_sim_reset_counters(ggml_backend_t be) {
     sim_ctx *c = ctx_of(be);
-    c->h2d = c->d2h = c->copies = c->queue_waits = c->syncs = c->segments = 0;
+    c->h2d = c->d2h = c->copies = c->pageable = c->queue_waits = c->syncs = c->segments = 0;
 }

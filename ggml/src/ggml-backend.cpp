@@ -140,6 +140,11 @@ bool ggml_tensor_is_host(const ggml_tensor *t) {
     return !b || b->buft->host;
 }
 
+bool ggml_transfer_host_in(const ggml_tensor *t, const ggml_backend_buffer_type *host_buft) {
+    const ggml_backend_buffer *b = ggml_backend_tensor_buffer(ggml_tensor_is_host(t) ? t : t->src[0]);
+    return b && b->buft == host_buft;
+}
+
 bool ggml_backend_node_memory_ok(const char *backend, const ggml_tensor *node, bool host) {
     if (!host && ggml_is_transfer(node)) return true;
     const char *other = host ? "device" : "host";

@@ -387,6 +387,7 @@ class Context {
         d["n_graphs"] = t.n_graphs;
         d["bytes_h2d"] = t.bytes_h2d;
         d["bytes_d2h"] = t.bytes_d2h;
+        d["bytes_pageable"] = t.bytes_pageable;
         d["n_copies"] = t.n_copies;
         d["n_waits"] = t.n_waits;
         d["n_syncs"] = t.n_syncs;

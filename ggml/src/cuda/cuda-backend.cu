@@ -194,6 +194,7 @@ void ggml_backend_cuda_get_counters(ggml_backend_t be, ggml_backend_sim_counters
     const context *c = (const context *)be->ctx;
     out->bytes_h2d = c->h2d;
     out->bytes_d2h = c->d2h;
+    out->bytes_pageable = c->pageable;
     out->n_copies = c->copies;
     out->n_queue_waits = c->waits;
     out->n_synchronize = c->syncs;
@@ -202,5 +203,5 @@ void ggml_backend_cuda_get_counters(ggml_backend_t be, ggml_backend_sim_counters
 
 void ggml_backend_cuda_reset_counters(ggml_backend_t be) {
     context *c = (context *)be->ctx;
-    c->h2d = c->d2h = c->copies = c->waits = c->syncs = c->segments = 0;
+    c->h2d = c->d2h = c->copies = c->pageable = c->waits = c->syncs = c->segments = 0;
 }

@@ -28,7 +28,7 @@ struct context {
     ggml_backend_buffer_t scratch_buf = nullptr;
     ggml_backend_buffer_type mem, pinned;
     char name[64];
-    std::atomic<uint64_t> h2d{0}, d2h{0}, copies{0}, waits{0}, syncs{0}, segments{0};
+    std::atomic<uint64_t> h2d{0}, d2h{0}, copies{0}, pageable{0}, waits{0}, syncs{0}, segments{0};
 };
 
 // A failed CUDA call: the error is recorded for ggml_backend_last_error and

@@ -134,6 +134,7 @@ bool transfer(context &c, const ggml_tensor *t) {
     const ggml_tensor *src = t->src[0];
     const size_t bytes = ggml_nbytes(t);
     ((ggml_tensor_is_host(t)) ? c.d2h : c.h2d) += bytes;
+    if (!ggml_transfer_host_in(t, &c.pinned)) c.pageable += bytes;
     c.copies++;
     if (ggml_is_contiguous(src)) return PCUDA_OK(cudaMemcpyAsync(t->data, src->data, bytes, cudaMemcpyDefault, c.copy));
     const size_t row = ggml_row_size(src->type, src->ne[0]);
