@@ -20,6 +20,28 @@ static uint32_t pick_n_ctx(const model &m, uint32_t n_ctx) {
     return m.hp.n_ctx_train ? std::min<uint32_t>(m.hp.n_ctx_train, 4096) : 4096;
 }
 
+// The device a context runs on. "auto" is the GPU when this build has CUDA and
+// a device answers, else the CPU -- saying so once when CUDA is built in but
+// unusable (a CPU-only build has nothing to explain).
+static std::string resolve_device(const std::string &d, std::string &notice) {
+#ifdef PINFER_CUDA
+    static const char *known = "auto, cpu, sim, cuda";
+#else
+    static const char *known = "auto, cpu, sim";
+    if (d == "cuda") throw std::runtime_error("this build has no CUDA backend (install with -C cmake.define.PINFER_CUDA=ON)");
+#endif
+    if (d != "auto" && d != "cpu" && d != "sim" && d != "cuda")
+        throw std::runtime_error("unknown device '" + d + "' (this build has: " + known + ")");
+    if (d != "auto") return d;
+#ifdef PINFER_CUDA
+    if (ggml_backend_cuda_device_count() > 0) return "cuda";
+    notice = std::string("no CUDA device (") + ggml_backend_cuda_unavailable_reason() + "): running on the CPU";
+#else
+    (void)notice;
+#endif
+    return "cpu";
+}
+
 static constexpr uint64_t SIM_DEFAULT_MEMORY = 24ull << 30;  // an RTX 4090's
 
 // What the device moved (both device backends count the same things).
@@ -46,11 +68,11 @@ context::context(const model &m, context_params p) : model_(m), params_(p) {
     params_.n_threads = pick_n_threads(params_.n_threads, "pinfer");
 
     // The device and its layer plan, decided before anything is allocated for it.
+    std::string auto_notice;
+    const std::string device = resolve_device(p.device, auto_notice);
 #ifdef PINFER_CUDA
-    if (p.device != "cpu" && p.device != "sim" && p.device != "cuda")
-        throw std::runtime_error("unknown device '" + p.device + "' (this build has: cpu, sim, cuda)");
     uint64_t cuda_memory = 0;  // the card's free memory: what the plan may fill
-    if (p.device == "cuda") {
+    if (device == "cuda") {
         if (ggml_backend_cuda_device_count() == 0)
             throw std::runtime_error(std::string("--device cuda: ") + ggml_backend_cuda_unavailable_reason());
         ggml_backend_cuda_device_info info;
@@ -58,20 +80,16 @@ context::context(const model &m, context_params p) : model_(m), params_(p) {
         cuda_memory = info.free_bytes;
     }
 #else
-    if (p.device == "cuda")
-        throw std::runtime_error("this build has no CUDA backend (install with -C cmake.define.PINFER_CUDA=ON)");
-    if (p.device != "cpu" && p.device != "sim")
-        throw std::runtime_error("unknown device '" + p.device + "' (this build has: cpu, sim)");
     const uint64_t cuda_memory = 0;
 #endif
-    if (p.device == "cpu" && p.n_gpu_layers > 0)
+    if (device == "cpu" && p.n_gpu_layers > 0 && auto_notice.empty())
         notice_ = "no device chosen (--device sim|cuda): the " + std::to_string(p.n_gpu_layers) +
                   " layers asked for run on the CPU";
-    if ((p.device == "sim" || p.device == "cuda") && p.n_gpu_layers != 0) {
+    if ((device == "sim" || device == "cuda") && p.n_gpu_layers != 0) {
         if (ffn_.stats || ffn_.observe)
             throw std::runtime_error("sparse statistics, verification and the activation observer run on the CPU only: "
                                      "drop them or use --device cpu");
-        const uint64_t mem = p.device == "cuda" ? cuda_memory : p.sim_memory ? p.sim_memory : SIM_DEFAULT_MEMORY;
+        const uint64_t mem = device == "cuda" ? cuda_memory : p.sim_memory ? p.sim_memory : SIM_DEFAULT_MEMORY;
         plan_request r;
         r.n_gpu_layers = p.n_gpu_layers;
         r.budget_bytes = p.vram_budget;
@@ -84,7 +102,7 @@ context::context(const model &m, context_params p) : model_(m), params_(p) {
         r.whole_layers = p.offload_layers;
         plan_ = make_hybrid_plan(m, r);  // throws when the budget exceeds the device
         notice_ = plan_.notice;
-        if (plan_.any() && p.device == "cuda") {
+        if (plan_.any() && device == "cuda") {
 #ifdef PINFER_CUDA
             dev_ = ggml_backend_cuda_init(0, (size_t)std::min<uint64_t>(mem, plan_.budget_bytes));
             if (!dev_) throw std::runtime_error(std::string("--device cuda: ") + ggml_backend_last_error());
@@ -99,6 +117,7 @@ context::context(const model &m, context_params p) : model_(m), params_(p) {
             if (!dev_) throw std::runtime_error(ggml_backend_last_error());
         }
     }
+    if (!auto_notice.empty()) notice_ = auto_notice;
     cpu_ = ggml_backend_cpu_init(params_.n_threads);
     if (!cpu_) {
         ggml_backend_free(dev_);

@@ -27,7 +27,8 @@ struct context_params {
     bool sparse_verify = false;  // + predictor recall, and a dense twin for the logit difference
     bool ffn_observe = false;    // |act(gate)| histograms and per-neuron activity counts
     // The hybrid engine (shared/HYBRID.md): a device for the hot part of the model.
-    std::string device = "cpu";  // "cpu", "cuda" (ggml-backend-cuda.h) or "sim" (a simulated device: ggml-backend-sim.h)
+    std::string device = "auto";  // "auto" (cuda when there is one, else cpu), "cpu", "cuda" (ggml-backend-cuda.h)
+                                  // or "sim" (a simulated device: ggml-backend-sim.h)
     int n_gpu_layers = -1;       // layers on the device, in order (-1: as many as the budget holds)
     bool offload_layers = false; // whole layers on the device, no neuron split (llama.cpp's -ngl), for comparison
     uint64_t vram_budget = 0;    // bytes of device memory the plan may use (0: all of it)

@@ -300,7 +300,7 @@ pinfer_context *pinfer_context_new(pinfer_model *model, pinfer_context_params pa
         p.sparse_stats = params.sparse_flags & PINFER_SPARSE_FLAG_STATS;
         p.sparse_verify = params.sparse_flags & PINFER_SPARSE_FLAG_VERIFY;
         p.ffn_observe = params.sparse_flags & PINFER_SPARSE_FLAG_OBSERVE;
-        p.device = params.device ? params.device : "cpu";
+        p.device = params.device ? params.device : "auto";
         if (params.n_gpu_layers < -1) throw std::invalid_argument("n_gpu_layers must be >= -1 (-1: all that fit)");
         p.n_gpu_layers = params.n_gpu_layers;
         p.vram_budget = params.vram_budget;

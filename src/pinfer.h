@@ -117,7 +117,8 @@ struct pinfer_context_params {
     uint32_t sparse_flags;  // PINFER_SPARSE_FLAG_* (statistics; they cost time)
     int32_t precision;   // PINFER_PREC_HIGH (default) or PINFER_PREC_FAST
     // The hybrid engine: hot layers and neurons on a device (shared/HYBRID.md).
-    const char *device;     // "cpu" (NULL, the default), "cuda" (builds with PINFER_CUDA) or "sim" (a simulated GPU)
+    const char *device;     // "auto" (NULL, the default: cuda if built in and a device answers, else cpu),
+                            // "cpu", "cuda" (builds with PINFER_CUDA) or "sim" (a simulated GPU)
     int32_t n_gpu_layers;   // layers on the device, in order; -1 (default): as many as the budget holds
     uint64_t vram_budget;   // bytes of device memory to use; 0: all of it
     uint64_t sim_memory;    // sim: the simulated card's memory in bytes; 0: 24 GiB

@@ -207,6 +207,23 @@ def test_cuda_device(models):
     assert rel(logits_of(c, toks), logits_of(context(path), toks)) <= 1e-3
 
 
+def test_device_auto(models):
+    """The default device: the GPU when the build has CUDA and a device answers;
+    else the CPU -- with a notice naming the cause in a CUDA build, silently in
+    a CPU-only one (there is nothing to explain)."""
+    path = models["off"]
+    c = context(path, device="auto")
+    assert _core.Context(_core.Model(path), 64, 64, 2).device == c.device  # auto is the default
+    if not _core.HAS_CUDA:
+        assert c.device == "CPU" and c.notice == ""
+    elif c.device == "CPU":
+        assert c.notice.startswith("no CUDA device (") and c.notice.endswith("): running on the CPU"), c.notice
+    else:
+        assert c.device == "cuda" and any(on for on, _ in c.plan())
+    toks = prompt(12)
+    assert rel(logits_of(c, toks), logits_of(context(path, device="cpu"), toks)) <= 1e-3
+
+
 def test_statistics_need_the_cpu(models):
     with pytest.raises(ValueError, match="CPU only"):
         _core.Context(_core.Model(models["exact"]), 64, 64, 2, "f32", "exact", True, device="sim")
@@ -225,7 +242,10 @@ def test_llama_class_on_the_sim(models, capsys):
     st = b.transfer_stats()
     assert st["n_graphs"] >= 5 and st["bytes_h2d"] > 0 and st["bytes_d2h"] > 0
     Llama(path, n_ctx=64, n_gpu_layers=3)
-    assert "without a device" in capsys.readouterr().err
+    assert "no device chosen" in capsys.readouterr().err  # said once, by the core
+    Llama(path, n_ctx=64, n_gpu_layers=-1, device="cpu")  # upstream's "all layers": said by the wrapper
+    err = capsys.readouterr().err
+    assert err.count("notice") == 1 and "n_gpu_layers=-1 without a device" in err
 
 
 def test_cli_sim_same_text_and_verbose_plan():

@@ -74,7 +74,7 @@ struct cli_params {
     bool sparse_stats = false;
     bool sparse_verify = false;
     double vram_budget_gib = -1;  // --vram-budget: < 0 = not given
-    std::string device = "cpu";   // --device: cpu, sim (cuda when built with it)
+    std::string device = "auto";  // --device: auto, cpu, sim (cuda when built with it); the core checks it
     int32_t n_gpu_layers = -1;    // -ngl: -1 = not given (all that fit on a device)
     std::string offload = "neurons";  // --offload: neurons (hybrid) or layers (whole layers, as llama.cpp)
     bool ignore_eos = false;          // --ignore-eos: end-of-generation tokens are never sampled
@@ -125,13 +125,14 @@ void print_usage(FILE *out, const char *argv0) {
             "        --sparse MODE         FFN mode: off (default), exact, predictor, threshold, auto\n"
             "        --sparse-stats        print per-layer active fraction and predictor cost at the end\n"
             "        --sparse-verify       also run the dense model: predictor recall, logit difference\n"
-            "        --device DEV          where hot layers and neurons run: cpu (default), cuda (an NVIDIA\n"
-            "                              GPU, builds with PINFER_CUDA) or sim, a simulated GPU that\n"
-            "                              shows the plan and its traffic\n"
+            "        --device DEV          where hot layers and neurons run: auto (default: cuda if there is\n"
+            "                              a device, else cpu), cpu, cuda (an NVIDIA GPU, builds with\n"
+            "                              PINFER_CUDA) or sim, a simulated GPU that shows the plan and\n"
+            "                              its traffic\n"
             "  -ngl, --n-gpu-layers N      layers on the device, in order (default: all that fit)\n"
             "        --offload MODE        neurons (default: attention, then hot FFN prefixes per layer, the\n"
             "                              cold neurons on the CPU) or layers (whole layers, as llama.cpp)\n"
-            "        --vram-budget GIB     device memory to use (default: all of it); with --device cpu:\n"
+            "        --vram-budget GIB     device memory to use (default: all of it); running on the CPU:\n"
             "                              the model's neuron placement for this budget\n"
             "                              (--verbose: the plan, GPU neurons per layer, traffic per token)\n"
             "        --verbose             print model and run details to stderr\n"
@@ -304,13 +305,13 @@ cli_params parse_args(int argc, char **argv) {
         } else if (a == "--device") {
             p.device = value();
 #ifdef PINFER_CUDA
-            if (p.device != "cpu" && p.device != "sim" && p.device != "cuda")
-                throw usage_error{"unknown device '" + p.device + "' (cpu, sim, cuda)"};
+            if (p.device != "auto" && p.device != "cpu" && p.device != "sim" && p.device != "cuda")
+                throw usage_error{"unknown device '" + p.device + "' (auto, cpu, sim, cuda)"};
 #else
             if (p.device == "cuda")
-                throw usage_error{"this build has no CUDA backend (install with -C cmake.define.PINFER_CUDA=ON); devices: cpu, sim"};
-            if (p.device != "cpu" && p.device != "sim")
-                throw usage_error{"unknown device '" + p.device + "' (cpu, sim)"};
+                throw usage_error{"this build has no CUDA backend (install with -C cmake.define.PINFER_CUDA=ON); devices: auto, cpu, sim"};
+            if (p.device != "auto" && p.device != "cpu" && p.device != "sim")
+                throw usage_error{"unknown device '" + p.device + "' (auto, cpu, sim)"};
 #endif
         } else if (a == "--offload") {
             p.offload = value();
@@ -601,7 +602,7 @@ void report_placement(const pinfer_model *model, const cli_params &p) {
     fprintf(stderr, "pinfer: placement: %lld FFN neurons on the GPU in all\n", (long long)total);
     if (p.verbose)
         for (int32_t il = 0; il < L; il++) fprintf(stderr, "pinfer: placement layer %3d: %d GPU neurons\n", il, k[(size_t)il]);
-    fprintf(stderr, "pinfer: placement selected; with --device cpu all layers run on the CPU (--device sim runs the plan)\n");
+    fprintf(stderr, "pinfer: placement selected; without a device every layer runs on the CPU (--device sim runs the plan)\n");
 }
 
 // --sparse-stats / --sparse-verify: one line per layer, then the totals.
@@ -814,7 +815,8 @@ int run(int argc, char **argv) {
                         moved / 1048576.0, huge / 1048576.0);
         }
 
-        if (p.device == "cpu" && p.vram_budget_gib >= 0) report_placement(s.model, p);
+        const bool on_cpu = p.device == "cpu" || (p.device == "auto" && strcmp(pinfer_context_device(s.ctx), "CPU") == 0);
+        if (on_cpu && p.vram_budget_gib >= 0) report_placement(s.model, p);
         if (p.verbose && *pinfer_context_plan_text(s.ctx)) fprintf(stderr, "pinfer: device %s\n%s", pinfer_context_device(s.ctx), pinfer_context_plan_text(s.ctx));
 
         if (p.conversation) {

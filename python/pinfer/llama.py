@@ -202,7 +202,8 @@ class Llama:
             bits, so the logits match a float32 reference of the same weights; "fast":
             8 bits as llama.cpp, faster prompt processing, top-1 differs at a few % of
             positions.
-        device: where hot layers and neurons run: "cpu" (default), "cuda" (an
+        device: where hot layers and neurons run: "auto" (default: "cuda" when
+            the install has it and a device answers, else "cpu"), "cpu", "cuda" (an
             NVIDIA GPU; installs built with PINFER_CUDA, see ``_core.HAS_CUDA``)
             or "sim", a simulated GPU that runs the hybrid plan and counts its
             traffic (:attr:`plan`, :meth:`transfer_stats`).
@@ -234,7 +235,7 @@ class Llama:
         sparse_stats: bool = False,
         sparse_verify: bool = False,
         precision: str = "high",
-        device: str = "cpu",
+        device: str = "auto",
         n_gpu_layers: Optional[int] = None,
         vram_budget: Optional[float] = None,
         last_n_tokens_size: int = 64,
@@ -282,15 +283,15 @@ class Llama:
         if vram_budget is not None and (isinstance(vram_budget, bool) or not isinstance(vram_budget, (int, float))
                                         or not 0 <= vram_budget <= 1e6):
             raise ValueError(f"vram_budget must be a number of GiB >= 0 or None, got {vram_budget!r}")
-        if device == "cpu" and n_gpu_layers not in (None, 0):
-            print(f"pinfer: notice: n_gpu_layers={n_gpu_layers} without a device (device='cuda' or 'sim'): "
-                  "every layer runs on the CPU", file=sys.stderr)
         self._ctx = _core.Context(self._model, n_ctx, n_batch, n_threads or 0, kv_type, sparse,
                                   bool(sparse_stats), bool(sparse_verify), precision=precision, device=device,
                                   n_gpu_layers=-1 if n_gpu_layers is None else n_gpu_layers,
                                   vram_budget=float(vram_budget or 0.0))
         if self._ctx.notice:
             print(f"pinfer: notice: {self._ctx.notice}", file=sys.stderr)
+        elif self._ctx.device == "CPU" and n_gpu_layers not in (None, 0):
+            print(f"pinfer: notice: n_gpu_layers={n_gpu_layers} without a device (device='cuda' or 'sim'): "
+                  "every layer runs on the CPU", file=sys.stderr)
         if verbose:
             print(f"pinfer: loaded {model_path} in {1e3 * (time.perf_counter() - t0):.1f} ms: "
                   f"{self._model.desc}; n_ctx={self._ctx.n_ctx}", file=sys.stderr)

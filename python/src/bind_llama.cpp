@@ -194,11 +194,11 @@ class Context {
         auto mh = model.holder();
         pinfer_context_params cp = pinfer_context_default_params();
 #ifdef PINFER_CUDA
-        if (device != "cpu" && device != "sim" && device != "cuda")
-            throw nb::value_error(("device must be 'cpu', 'sim' or 'cuda', got '" + device + "'").c_str());
+        if (device != "auto" && device != "cpu" && device != "sim" && device != "cuda")
+            throw nb::value_error(("device must be 'auto', 'cpu', 'sim' or 'cuda', got '" + device + "'").c_str());
 #else
-        if (device != "cpu" && device != "sim")
-            throw nb::value_error(("device must be 'cpu' or 'sim', got '" + device + "'" +
+        if (device != "auto" && device != "cpu" && device != "sim")
+            throw nb::value_error(("device must be 'auto', 'cpu' or 'sim', got '" + device + "'" +
                                    (device == "cuda" ? " (this build has no CUDA backend)" : "")).c_str());
 #endif
         device_ = device;
@@ -653,7 +653,7 @@ void bind_llama(nb::module_ &m) {
              nb::arg("model"), nb::arg("n_ctx") = 0, nb::arg("n_batch") = 512, nb::arg("n_threads") = 0,
              nb::arg("type_kv") = "f16", nb::arg("sparse") = "off", nb::arg("sparse_stats") = false,
              nb::arg("sparse_verify") = false, nb::arg("ffn_observe") = false, nb::arg("precision") = "high",
-             nb::kw_only(), nb::arg("device") = "cpu", nb::arg("n_gpu_layers") = -1, nb::arg("vram_budget") = 0.0,
+             nb::kw_only(), nb::arg("device") = "auto", nb::arg("n_gpu_layers") = -1, nb::arg("vram_budget") = 0.0,
              nb::arg("sim_memory") = 0.0, nb::arg("sim_copy_latency_us") = 0.0, nb::arg("sim_copy_ns_per_byte") = 0.0,
              nb::arg("sim_threads") = 1, nb::arg("prompt_stream_min") = 32, nb::arg("graph_cache") = true,
              nb::arg("offload") = "neurons",

@@ -216,6 +216,23 @@ static std::vector<op_case> make_cases() {
                                                   in.index_list(n, T, 0.25), 0, 32, GGML_OP_REGLU, false);
                 });
         }
+        // a head's attention as the graph builds it (a device fuses the three nodes when decoding):
+        // grouped-query heads, F16 and F32 caches, more positions than one chunk, masked tails
+        for (ggml_type kt : {GGML_TYPE_F16, GGML_TYPE_F32})
+            add(std::string("attention ") + ggml_type_name(kt) + " cache" + t, 1e-9, [T, kt](inputs &in) {
+                const int64_t hd = 64, n_kv = 300, n_hkv = 2, n_head = 4;
+                ggml_tensor *K = ggml_reshape_3d(in.ctx, in.weights(kt, hd, n_kv * n_hkv), hd, n_kv, n_hkv);
+                ggml_tensor *V = ggml_reshape_3d(in.ctx, in.weights(kt, n_kv, hd * n_hkv), n_kv, hd, n_hkv);
+                ggml_tensor *Q = ggml_permute(in.ctx, in.f32(hd, n_head, T), 0, 2, 1, 3);  // [hd, T, n_head], strided
+                ggml_tensor *mask = ggml_new_tensor_2d(in.ctx, GGML_TYPE_F32, n_kv, T);
+                std::vector<uint8_t> mb(ggml_nbytes(mask));
+                float *m = (float *)mb.data();
+                for (int64_t t = 0; t < T; t++)
+                    for (int64_t j = 0; j < n_kv; j++) m[t * n_kv + j] = j <= 260 + t ? in.u(-1, 0) : -INFINITY;
+                in.add(mask, std::move(mb));
+                ggml_tensor *p = ggml_soft_max_ext(in.ctx, ggml_mul_mat(in.ctx, K, Q), mask, 0.125f);
+                return ggml_mul_mat(in.ctx, V, p);
+            });
         add("sparse_predict" + t, 1e-9, [T](inputs &in) {
             return ggml_sparse_predict(in.ctx, in.weights(GGML_TYPE_F16, 64, 16), in.weights(GGML_TYPE_F16, 16, 50),
                                        in.f32(64, T), 0.0f);

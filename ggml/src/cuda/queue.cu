@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "attention.cuh"
 #include "ops.cuh"
 #include "queue.cuh"
 
@@ -161,7 +162,11 @@ int compute(ggml_backend *be, ggml_tensor **nodes, int n) {
         if (!ggml_op_is_view(nodes[i]->op) && !check_node(be, nodes[i])) return 4;
     // work memory first: growing it drains the stream, which must not happen mid-segment
     size_t work = 0;
-    for (int i = 0; i < n; i++) work = std::max(work, op_scratch_bytes(nodes[i]));
+    attention_nodes an;
+    for (int i = 0; i < n; i++) {
+        work = std::max(work, op_scratch_bytes(nodes[i]));
+        if (match_attention(nodes, i, n, &an)) work = std::max(work, attention_scratch_bytes(an));
+    }
     if (work && !scratch(c, work)) return 2;
     c.segments++;
     for (int i = 0; i < n;) {
@@ -178,6 +183,12 @@ int compute(ggml_backend *be, ggml_tensor **nodes, int n) {
             for (; i < n && (ggml_is_transfer(nodes[i]) || ggml_op_is_view(nodes[i]->op)); i++)
                 if (ggml_is_transfer(nodes[i]) && !transfer(c, nodes[i])) return 1;
             if (!PCUDA_OK(cudaEventRecord(c.copied, c.copy)) || !PCUDA_OK(cudaStreamWaitEvent(c.compute, c.copied, 0))) return 1;
+            continue;
+        }
+        if (const int m = match_attention(nodes, i, n, &an)) {  // kq, soft_max, kqv: one fused op
+            const int rc = op_attention(c, an);
+            if (rc) return rc;
+            i += m;
             continue;
         }
         const int rc = run_node(c, t);
