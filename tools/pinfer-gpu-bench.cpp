@@ -5,7 +5,8 @@
 //   pinfer-gpu-bench info                 device, driver, memory (exit 1 without a device)
 //   pinfer-gpu-bench micro [--reps N]     dense mat-vec GB/s per type vs the device's copy
 //                                         bandwidth; sparse rows, down_t and the fused FFN at
-//                                         5..100% active vs dense; pinned copy latency 4-64 KiB;
+//                                         5..100% active vs dense; decode attention fused vs
+//                                         unfused; pinned copy latency 4-64 KiB;
 //                                         event round trip
 //   pinfer-gpu-bench budgets -m FILE      bytes of the file's FFN tensors and of the rest, per
 //                                         layer (the budgets of gpu-check.sh's hybrid runs)
@@ -209,6 +210,26 @@ static int micro(int reps) {
             if (bg.plan({ggml_mul_mat(bg.ctx, w, x)})) t_dense = bg.run(reps);
         }
         printf("%7.0f%% %12.1f %12.1f %12.1f %12.1f\n", frac * 100, t_rows * 1e6, t_down * 1e6, t_ffn * 1e6, t_dense * 1e6);
+    }
+
+    printf("\n# decode attention, one token: hd 128, 32 query heads on 8 KV heads, F16 cache\n");
+    printf("%-8s %12s %12s %8s\n", "n_kv", "fused us", "unfused us", "cache GB/s");
+    for (int64_t n_kv : {512, 4096, 16384}) {
+        const int64_t hd = 128, n_head = 32, n_hkv = 8;
+        double t[2] = {-1, -1};
+        for (int fused = 1; fused >= 0; fused--) {
+            ggml_backend_cuda_set_fused_attention(dev, fused != 0);
+            bench_graph bg(dev, cpu);
+            ggml_tensor *K = ggml_reshape_3d(bg.ctx, bg.leaf(GGML_TYPE_F16, hd, n_kv * n_hkv), hd, n_kv, n_hkv);
+            ggml_tensor *V = ggml_reshape_3d(bg.ctx, bg.leaf(GGML_TYPE_F16, n_kv, hd * n_hkv), n_kv, hd, n_hkv);
+            ggml_tensor *Q = ggml_reshape_3d(bg.ctx, bg.leaf(GGML_TYPE_F32, hd, n_head), hd, 1, n_head);
+            ggml_tensor *mask = bg.leaf(GGML_TYPE_F32, n_kv, 1);
+            ggml_tensor *p = ggml_soft_max_ext(bg.ctx, ggml_mul_mat(bg.ctx, K, Q), mask, 0.088f);
+            if (bg.plan({ggml_mul_mat(bg.ctx, V, p)})) t[fused] = bg.run(reps);
+        }
+        ggml_backend_cuda_set_fused_attention(dev, true);
+        const double cache = 2.0 * 2 * hd * n_kv * n_hkv;  // K and V bytes read
+        printf("%-8lld %12.1f %12.1f %8.0f\n", (long long)n_kv, t[1] * 1e6, t[0] * 1e6, t[1] > 0 ? cache / t[1] / 1e9 : 0.0);
     }
 
     printf("\n# pinned copy latency: one transfer node per compute (host <-> device)\n");

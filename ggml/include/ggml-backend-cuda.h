@@ -36,6 +36,9 @@ bool ggml_backend_is_cuda(ggml_backend_t be);
 // Bytes and copies it moved, waits on other queues, host syncs, segments.
 void ggml_backend_cuda_get_counters(ggml_backend_t be, struct ggml_backend_sim_counters *c);
 void ggml_backend_cuda_reset_counters(ggml_backend_t be);
+// Whether decode attention runs fused (the default; off: its three nodes one
+// by one -- for tests and benchmarks).
+void ggml_backend_cuda_set_fused_attention(ggml_backend_t be, bool on);
 
 #ifdef __cplusplus
 }

@@ -338,8 +338,11 @@ static bool compare(const op_case &c, const char *pair, const std::vector<uint8_
 // A device against the CPU at high precision, one table line per case. The
 // device's activations are FP32, the CPU's at high precision about 16 bits:
 // a case with a weight product is held to max(its tolerance, 1e-8).
-static void test_device_ops(ggml_backend_t cpu, ggml_backend_t dev, const char *name) {
-    const std::vector<op_case> cases = make_cases();
+// only: the cases whose name starts with it (all when empty).
+static void test_device_ops(ggml_backend_t cpu, ggml_backend_t dev, const char *name, const std::string &only = "") {
+    std::vector<op_case> cases;
+    for (op_case &c : make_cases())
+        if (c.name.rfind(only, 0) == 0) cases.push_back(std::move(c));
     const target ref{"cpu", cpu, false}, devt{name, dev, false};
     int pass = 0, fail = 0;
     for (const op_case &c : cases) {
@@ -352,7 +355,8 @@ static void test_device_ops(ggml_backend_t cpu, ggml_backend_t dev, const char *
         if (ok) {
             op_case cc = c;
             const bool product = c.name.rfind("mul_mat", 0) == 0 || c.name.rfind("sparse_down", 0) == 0 ||
-                                 c.name.rfind("sparse_ffn", 0) == 0 || c.name.rfind("sparse_predict", 0) == 0;
+                                 c.name.rfind("sparse_ffn", 0) == 0 || c.name.rfind("sparse_predict", 0) == 0 ||
+                                 c.name.rfind("attention", 0) == 0;
             if (product && cc.tol > 0) cc.tol = std::max(cc.tol, 1e-8);
             const std::string pair = std::string(name) + " vs cpu";
             ok = compare(cc, pair.c_str(), a, b, ta, &nmse);
@@ -565,6 +569,8 @@ int main() {
         CHECK(cuda != nullptr, "cuda init: %s", ggml_backend_last_error());
         if (cuda) {
             test_device_ops(cpu, cuda, "cuda");
+            ggml_backend_cuda_set_fused_attention(cuda, false);  // the three nodes one by one, too
+            test_device_ops(cpu, cuda, "cuda-unfused", "attention");
             test_device_contracts(cpu);
             ggml_backend_free(cuda);
         }

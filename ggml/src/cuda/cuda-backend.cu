@@ -205,3 +205,5 @@ void ggml_backend_cuda_reset_counters(ggml_backend_t be) {
     context *c = (context *)be->ctx;
     c->h2d = c->d2h = c->copies = c->pageable = c->waits = c->syncs = c->segments = 0;
 }
+
+void ggml_backend_cuda_set_fused_attention(ggml_backend_t be, bool on) { ((context *)be->ctx)->fuse_attention = on; }

@@ -28,6 +28,7 @@ struct context {
     ggml_backend_buffer_t scratch_buf = nullptr;
     ggml_backend_buffer_type mem, pinned;
     char name[64];
+    bool fuse_attention = true;
     std::atomic<uint64_t> h2d{0}, d2h{0}, copies{0}, pageable{0}, waits{0}, syncs{0}, segments{0};
 };
 

@@ -165,7 +165,7 @@ int compute(ggml_backend *be, ggml_tensor **nodes, int n) {
     attention_nodes an;
     for (int i = 0; i < n; i++) {
         work = std::max(work, op_scratch_bytes(nodes[i]));
-        if (match_attention(nodes, i, n, &an)) work = std::max(work, attention_scratch_bytes(an));
+        if (c.fuse_attention && match_attention(nodes, i, n, &an)) work = std::max(work, attention_scratch_bytes(an));
     }
     if (work && !scratch(c, work)) return 2;
     c.segments++;
@@ -185,7 +185,7 @@ int compute(ggml_backend *be, ggml_tensor **nodes, int n) {
             if (!PCUDA_OK(cudaEventRecord(c.copied, c.copy)) || !PCUDA_OK(cudaStreamWaitEvent(c.compute, c.copied, 0))) return 1;
             continue;
         }
-        if (const int m = match_attention(nodes, i, n, &an)) {  // kq, soft_max, kqv: one fused op
+        if (const int m = c.fuse_attention ? match_attention(nodes, i, n, &an) : 0) {  // kq, soft_max, kqv: one fused op
             const int rc = op_attention(c, an);
             if (rc) return rc;
             i += m;
