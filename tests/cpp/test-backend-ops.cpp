@@ -173,6 +173,13 @@ static std::vector<op_case> make_cases() {
                 ggml_tensor *b = ggml_permute(in.ctx, in.f32(K, 4, T), 0, 2, 1, 3);  // [K, T, 4], strided
                 return ggml_mul_mat(in.ctx, a, b);
             });
+            if (T > 8 && (wt == GGML_TYPE_F16 || wt == GGML_TYPE_Q8_0))  // a prompt batch whose columns span 1e-4 .. 1e5
+                add("mul_mat wide-range activations" + w, tol, [=](inputs &in) {
+                    ggml_tensor *x = in.f32(K, T);
+                    float *f = (float *)in.leafs.back().second.data();
+                    for (int64_t i = 0; i < K * T; i++) f[i] *= (i / K) % 3 == 0 ? 1e5f : (i / K) % 3 == 1 ? 1e-4f : 1.0f;
+                    return ggml_mul_mat(in.ctx, in.weights(wt, K, M), x);
+                });
             add("get_rows" + w, 0, [=](inputs &in) {
                 return ggml_get_rows(in.ctx, in.weights(wt, K, M), in.i32({3, 0, 18, 3, 7}, 5));
             });
@@ -206,6 +213,15 @@ static std::vector<op_case> make_cases() {
                                                           in.f32(K, T), in.index_list(n, T, 0.25), range.first, range.second,
                                                           GGML_OP_SWIGLU, false);
                         });
+            // a mostly-active range (a hot prefix): a device may take the rows in order
+            add("mul_mat_sparse_rows mostly active [8,64)" + w, tol, [=](inputs &in) {
+                ggml_tensor *y = ggml_mul_mat_sparse_rows(in.ctx, in.weights(wt, K, n), in.f32(K, T), in.index_list(n, T, 0.95), 8, n);
+                return ggml_cont(in.ctx, ggml_view_2d(in.ctx, y, n - 8, T, y->nb[1], (size_t)8 * y->nb[0]));
+            });
+            add("mul_mat_sparse_rows_bundle g=2 mostly active" + w, tol, [=](inputs &in) {
+                return ggml_mul_mat_sparse_rows_bundle(in.ctx, in.weights(wt, K, 2 * n), in.f32(K, T), in.index_list(n, T, 0.95), 0,
+                                                       n, 2);
+            });
             // a device's compact copy of the hot prefix [0, 32): the list spans all n
             add("mul_mat_sparse_rows, compact prefix" + w, tol, [=](inputs &in) {
                 return ggml_mul_mat_sparse_rows(in.ctx, in.weights(wt, K, 32), in.f32(K, T), in.index_list(n, T, 0.3), 0, 32);

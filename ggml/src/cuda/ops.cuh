@@ -22,7 +22,8 @@ constexpr int MATVEC_MAX_T = 8;  // columns of b a mat-vec launch keeps in regis
 int mat_vec(context &c, const ggml_tensor *a, const ggml_tensor *b, ggml_tensor *dst);
 int mat_mat(context &c, const ggml_tensor *a, const ggml_tensor *b, ggml_tensor *dst);
 
-// Work memory for one op (sparse_ffn's per-neuron activations); grows the
+// Work memory for one op (sparse_ffn's per-neuron activations, mat-mat's
+// column scales); grows the
 // context's scratch between launches (the stream is drained first).
 void *scratch(context &c, size_t bytes);
 size_t op_scratch_bytes(const ggml_tensor *dst);

@@ -3,8 +3,10 @@
 //   SPARSE_SELECT        the index list built here, in pinfer's layout: one
 //                        block per column, an ordered compaction (ballot +
 //                        block scan), so ids come out ascending.
-//   MUL_MAT_SPARSE_ROWS  one warp per active id of the list ∩ [b, e) (found by
-//                        binary search of the sorted list), g rows per neuron.
+//   MUL_MAT_SPARSE_ROWS  one launch, a warp per row of [b, e), g rows per neuron:
+//                        in row order over a mostly-active range (the dense-prefix
+//                        variant), else over the active ids of the list ∩ [b, e)
+//                        (found by binary search of the sorted list).
 //   SPARSE_DOWN          output-stationary over ffn_down_t: a thread owns an
 //                        output element and walks the active ids in ascending
 //                        order: every element is summed in the same order on
@@ -89,15 +91,6 @@ __device__ list_range read_list(const view &idx, int b, int e) {
     return r;
 }
 
-// y[i, t, j] = 0 for i in [b, e): the inactive rows of the range.
-__global__ void zero_range(view y, int b, int e) {
-    const int64_t n = (int64_t)(e - b) * y.ne[1] * y.ne[2];
-    const int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (k >= n) return;
-    const int64_t i = b + k % (e - b), t = (k / (e - b)) % y.ne[1], j = k / ((int64_t)(e - b) * y.ne[1]);
-    *(float *)(y.data + i * y.nb[0] + t * y.nb[1] + j * y.nb[2]) = 0.0f;
-}
-
 // A warp's dots of one weight row with up to MATVEC_MAX_T columns of x (lane 0's out is used).
 template <class W>
 __device__ void row_dots(const char *row, const view &x, int nt, float *out) {
@@ -106,24 +99,51 @@ __device__ void row_dots(const char *row, const view &x, int nt, float *out) {
 
 constexpr int WARPS = 4;
 
+// The rows of a range [b, e) come out in one launch, each written once: a
+// warp per row of the range (the grid never depends on the list's count).
+// Over a mostly-active range -- a hot prefix -- warp w computes row b + w
+// (or writes its zeros): rows are read in order, as by the dense mat-vec.
+// Otherwise warp w computes the w-th active id of the range, and zeroes row
+// b + w if that row is inactive. ROW_ORDER_MIN_EIGHTHS is the crossover of the
+// two (gpu-check.sh's sparse sweep measures both sides of it).
+constexpr int ROW_ORDER_MIN_EIGHTHS = 7;  // row order at >= 7/8 of the range active
+
+__device__ bool active_in(const list_range &l, int64_t r) {
+    const int q = l.lo + lower_bound(l.ids + l.lo, l.hi - l.lo, (int32_t)r);
+    return q < l.hi && l.ids[q] == r;
+}
+
 template <class W>
-__global__ void rows_kernel(view y, view w, view x, view idx, int b, int e, int g) {
-    const list_range l = read_list(idx, b, e);
-    const int64_t p = l.lo + (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
-    if (p >= l.hi) return;
-    const int64_t id = l.ids[p];
+__device__ void row_out(const view &y, const view &w, const view &x, int64_t id, int g, bool zero) {
     float d[MATVEC_MAX_T];
     for (int j = 0; j < g; j++) {
         const char *row = w.data + (g * id + j) * w.nb[1];
         for (int64_t t0 = 0; t0 < x.ne[1]; t0 += MATVEC_MAX_T) {
-            view xt = x;
-            xt.data += t0 * x.nb[1];
             const int nt = (int)min((int64_t)MATVEC_MAX_T, x.ne[1] - t0);
-            row_dots<W>(row, xt, nt, d);
+            if (!zero) {
+                view xt = x;
+                xt.data += t0 * x.nb[1];
+                row_dots<W>(row, xt, nt, d);
+            }
             if ((threadIdx.x & 31) == 0)
-                for (int t = 0; t < nt; t++) *(float *)(y.data + id * y.nb[0] + (t0 + t) * y.nb[1] + j * y.nb[2]) = d[t];
+                for (int t = 0; t < nt; t++) *(float *)(y.data + id * y.nb[0] + (t0 + t) * y.nb[1] + j * y.nb[2]) = zero ? 0.0f : d[t];
         }
     }
+}
+
+template <class W>
+__global__ void rows_kernel(view y, view w, view x, view idx, int b, int e, int g) {
+    const list_range l = read_list(idx, b, e);
+    const int64_t k = (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
+    if (k >= e - b) return;
+    const int64_t r = b + k;
+    const bool on = active_in(l, r);
+    if ((int64_t)(l.hi - l.lo) * 8 >= (int64_t)(e - b) * ROW_ORDER_MIN_EIGHTHS) {
+        row_out<W>(y, w, x, r, g, !on);
+        return;
+    }
+    if (k < l.hi - l.lo) row_out<W>(y, w, x, l.ids[l.lo + k], g, false);
+    if (!on) row_out<W>(y, w, x, r, g, true);
 }
 
 // y[:, t] = Σ_{ids in [b, e), ascending} h[pos or id, t] · wt_row(id): h is
@@ -194,14 +214,9 @@ int rows(context &c, ggml_tensor *dst) {
     const ggml_tensor *w = dst->src[0], *x = dst->src[1], *idx = dst->src[2];
     const int b = dst->op_params[0], e = dst->op_params[1], g = dst->op_params[2];
     if (e <= b || dst->ne[1] == 0) return 0;
-    const int64_t nz = (int64_t)(e - b) * dst->ne[1] * dst->ne[2];
-    zero_range<<<blocks_for(nz, 256), 256, 0, c.compute>>>(view_of(dst), b, e);
-    if (!launched("sparse_rows zero")) return 1;
-    const int64_t cap = std::min<int64_t>(e - b, idx->ne[0] - 1);  // at most this many ids in the range
-    if (cap <= 0) return 0;
     with_format(w->type, [&](auto f) {
-        rows_kernel<decltype(f)><<<blocks_for(cap, WARPS), 32 * WARPS, 0, c.compute>>>(view_of(dst), view_of(w), view_of(x), view_of(idx), b,
-                                                                                       e, g);
+        rows_kernel<decltype(f)><<<blocks_for(e - b, WARPS), 32 * WARPS, 0, c.compute>>>(view_of(dst), view_of(w), view_of(x), view_of(idx), b,
+                                                                                         e, g);
     });
     return launched("sparse_rows") ? 0 : 1;
 }
@@ -245,6 +260,8 @@ int ffn(context &c, ggml_tensor *dst) {
 }  // namespace
 
 size_t op_scratch_bytes(const ggml_tensor *dst) {
+    if (dst->op == GGML_OP_MUL_MAT && dst->src[1]->ne[1] > MATVEC_MAX_T)  // mat-mat: a scale per column of b
+        return (size_t)(dst->ne[1] * dst->ne[2] * dst->ne[3]) * sizeof(float);
     if (dst->op != GGML_OP_SPARSE_FFN) return 0;
     return (size_t)(dst->src[2]->ne[0] - 1) * (size_t)dst->src[1]->ne[1] * sizeof(float);
 }
