@@ -35,7 +35,7 @@ static std::string resolve_device(const std::string &d, std::string &notice) {
     if (d != "auto") return d;
 #ifdef PINFER_CUDA
     if (ggml_backend_cuda_device_count() > 0) return "cuda";
-    notice = std::string("no CUDA device (") + ggml_backend_cuda_unavailable_reason() + "): running on the CPU";
+    notice = std::string(ggml_backend_cuda_unavailable_reason()) + ": running on the CPU";  // "no CUDA driver or device (...)"
 #else
     (void)notice;
 #endif

@@ -200,7 +200,7 @@ def test_cuda_device(models):
     try:
         c = context(path, device="cuda")
     except ValueError as e:
-        assert str(e).startswith("--device cuda: "), str(e)
+        assert "--device cuda: no CUDA" in str(e), str(e)
         return
     assert c.device == "cuda"
     toks = prompt(12)
@@ -217,7 +217,7 @@ def test_device_auto(models):
     if not _core.HAS_CUDA:
         assert c.device == "CPU" and c.notice == ""
     elif c.device == "CPU":
-        assert c.notice.startswith("no CUDA device (") and c.notice.endswith("): running on the CPU"), c.notice
+        assert c.notice.startswith("no CUDA") and c.notice.endswith("): running on the CPU"), c.notice
     else:
         assert c.device == "cuda" and any(on for on, _ in c.plan())
     toks = prompt(12)
@@ -241,8 +241,10 @@ def test_llama_class_on_the_sim(models, capsys):
     assert ta == tb
     st = b.transfer_stats()
     assert st["n_graphs"] >= 5 and st["bytes_h2d"] > 0 and st["bytes_d2h"] > 0
+    capsys.readouterr()
     Llama(path, n_ctx=64, n_gpu_layers=3)
-    assert "no device chosen" in capsys.readouterr().err  # said once, by the core
+    err = capsys.readouterr().err  # said once, by the core: no device chosen, or (a CUDA build) none found
+    assert err.count("notice") == 1 and ("no device chosen" in err or "running on the CPU" in err), err
     Llama(path, n_ctx=64, n_gpu_layers=-1, device="cpu")  # upstream's "all layers": said by the wrapper
     err = capsys.readouterr().err
     assert err.count("notice") == 1 and "n_gpu_layers=-1 without a device" in err
