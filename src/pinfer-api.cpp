@@ -519,6 +519,10 @@ pinfer_sampler_params pinfer_sampler_default_params(void) {
     p.frequency_penalty = d.frequency_penalty;
     p.presence_penalty = d.presence_penalty;
     p.seed = d.seed;
+    p.typical_p = d.typical_p;
+    p.mirostat = d.mirostat;
+    p.mirostat_tau = d.mirostat_tau;
+    p.mirostat_eta = d.mirostat_eta;
     return p;
 }
 
@@ -534,6 +538,10 @@ pinfer_sampler *pinfer_sampler_new(const pinfer_model *model, pinfer_sampler_par
         p.frequency_penalty = params.frequency_penalty;
         p.presence_penalty = params.presence_penalty;
         p.seed = params.seed;
+        p.typical_p = params.typical_p;
+        p.mirostat = params.mirostat;
+        p.mirostat_tau = params.mirostat_tau;
+        p.mirostat_eta = params.mirostat_eta;
         auto *ps = new pinfer_sampler();
         ps->s = std::make_unique<pinfer::sampler>(p);
         return ps;

@@ -267,6 +267,10 @@ struct pinfer_sampler_params {
     float frequency_penalty;
     float presence_penalty;
     uint32_t seed;          // UINT32_MAX: random
+    float typical_p;        // >= 1: off
+    int32_t mirostat;       // 0: off, 1 or 2 (then top_k, typical_p, top_p, min_p are unused)
+    float mirostat_tau;     // target surprise in bits
+    float mirostat_eta;     // learning rate
 };
 struct pinfer_sampler_params pinfer_sampler_default_params(void);
 struct pinfer_sampler *pinfer_sampler_new(const struct pinfer_model *model, struct pinfer_sampler_params params);

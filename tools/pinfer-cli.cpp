@@ -116,6 +116,10 @@ void print_usage(FILE *out, const char *argv0) {
             "        --repeat-last-n N     tokens considered for penalties, -1 = context size (default: %d)\n"
             "        --presence-penalty X  presence penalty, 0.0 = off (default: %.2f)\n"
             "        --frequency-penalty X frequency penalty, 0.0 = off (default: %.2f)\n"
+            "        --typical X           locally typical sampling, 1.0 = off (default: %.2f)\n"
+            "        --mirostat N          mirostat 1 or 2, 0 = off (default: %d); replaces top-k/p, min-p, typical\n"
+            "        --mirostat-lr X       mirostat learning rate eta (default: %.2f)\n"
+            "        --mirostat-ent X      mirostat target entropy tau (default: %.2f)\n"
             "  -cnv, --conversation        chat: read user turns from stdin, apply the model's chat\n"
             "                              template; '/exit' or end of input ends (-p is the first turn)\n"
             "  -sys, --system-prompt TEXT  system message for --conversation\n"
@@ -144,7 +148,7 @@ void print_usage(FILE *out, const char *argv0) {
             "  -fa,  --flash-attn [on|off|auto], --mlock, --no-mmap: accepted, no effect (one attention\n"
             "                              kernel; weights are always memory-mapped, never locked)\n",
             argv0, d.temperature, d.top_k, d.top_p, d.min_p, d.repeat_penalty, d.repeat_last_n,
-            d.presence_penalty, d.frequency_penalty);
+            d.presence_penalty, d.frequency_penalty, d.typical_p, d.mirostat, d.mirostat_eta, d.mirostat_tau);
 }
 
 // ---- strict number parsing: the whole argument must be a number in range ----
@@ -265,6 +269,14 @@ cli_params parse_args(int argc, char **argv) {
             p.sampling.presence_penalty = parse_float(a, value(), -1e9f, 1e9f);
         } else if (a == "--frequency-penalty") {
             p.sampling.frequency_penalty = parse_float(a, value(), -1e9f, 1e9f);
+        } else if (a == "--typical") {
+            p.sampling.typical_p = parse_float(a, value(), 0.0f, 1e9f);
+        } else if (a == "--mirostat") {
+            p.sampling.mirostat = (int32_t)parse_int(a, value(), 0, 2);
+        } else if (a == "--mirostat-lr") {
+            p.sampling.mirostat_eta = parse_float(a, value(), -1e9f, 1e9f);
+        } else if (a == "--mirostat-ent") {
+            p.sampling.mirostat_tau = parse_float(a, value(), -1e9f, 1e9f);
         } else if (a == "-e" || a == "--escape") {
             p.escape = true;
         } else if (a == "--no-display-prompt") {

@@ -59,11 +59,7 @@ INIT: Table = {
 
 #: Sampling parameters shared by create_completion, create_chat_completion and generate.
 SAMPLING: Table = {
-    "typical_p": (1.0, REFUSE, "locally typical sampling is not implemented"),
-    "tfs_z": (1.0, REFUSE, "tail-free sampling is not implemented"),
-    "mirostat_mode": (0, REFUSE, "mirostat is not implemented"),
-    "mirostat_tau": (5.0, WITH, "mirostat_mode"),
-    "mirostat_eta": (0.1, WITH, "mirostat_mode"),
+    "tfs_z": (1.0, REFUSE, "tail-free sampling is not implemented (llama.cpp removed it too)"),
 }
 
 #: create_completion only.

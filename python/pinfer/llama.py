@@ -329,7 +329,9 @@ class Llama:
 
     def sample(self, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, temp: float = 0.80,
                repeat_penalty: float = 1.0, frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
-               logits_processor: Any = None, seed: Optional[int] = None, **kwargs: Any) -> int:
+               logits_processor: Any = None, seed: Optional[int] = None, *, typical_p: float = 1.0,
+               mirostat_mode: int = 0, mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
+               **kwargs: Any) -> int:
         """One token from the last evaluated logits, the cached tokens as the penalties'
         history (llama-cpp-python's sample()); the token is not evaluated."""
         if kwargs.get("grammar") is not None:
@@ -342,7 +344,8 @@ class Llama:
         if not self._input_ids:
             raise ValueError("sample(): nothing evaluated yet: call eval() first")
         sampler = self._make_sampler(temp, top_k, top_p, min_p, repeat_penalty, None, frequency_penalty,
-                                     presence_penalty, seed)
+                                     presence_penalty, seed, typical_p=typical_p, mirostat_mode=mirostat_mode,
+                                     mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta)
         for t in self._input_ids:
             sampler.accept(t)
         return self._pick(sampler, self._hooks(logits_processor))
@@ -567,9 +570,15 @@ class Llama:
 
     def _make_sampler(self, temperature: float, top_k: int, top_p: float, min_p: float,
                       repeat_penalty: float, repeat_last_n: Optional[int], frequency_penalty: float,
-                      presence_penalty: float, seed: Optional[int]) -> "_core.LlamaSampler":
+                      presence_penalty: float, seed: Optional[int], typical_p: float = 1.0,
+                      mirostat_mode: int = 0, mirostat_tau: float = 5.0,
+                      mirostat_eta: float = 0.1) -> "_core.LlamaSampler":
         temperature, top_p, min_p = (A.as_float(n, v) for n, v in
                                      (("temperature", temperature), ("top_p", top_p), ("min_p", min_p)))
+        typical_p, mirostat_tau, mirostat_eta = (
+            A.as_float(n, v) for n, v in (("typical_p", typical_p), ("mirostat_tau", mirostat_tau),
+                                          ("mirostat_eta", mirostat_eta)))
+        mirostat_mode = A.as_int("mirostat_mode", mirostat_mode, 0, 2)
         repeat_penalty, frequency_penalty, presence_penalty = (
             A.as_float(n, v) for n, v in (("repeat_penalty", repeat_penalty), ("frequency_penalty", frequency_penalty),
                                           ("presence_penalty", presence_penalty)))
@@ -589,7 +598,8 @@ class Llama:
             repeat_last_n = self.ctx.n_ctx
         return _core.LlamaSampler(self.model, float(temperature), int(top_k), float(top_p), float(min_p),
                                   float(repeat_penalty), int(repeat_last_n), float(frequency_penalty),
-                                  float(presence_penalty), int(seed))
+                                  float(presence_penalty), int(seed), float(typical_p), int(mirostat_mode),
+                                  float(mirostat_tau), float(mirostat_eta))
 
     def _hooks(self, logits_processor: Any = None, grammar: Optional[LlamaGrammar] = None,
                stopping_criteria: Any = None, logit_bias: Any = None,
@@ -643,7 +653,8 @@ class Llama:
                  frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
                  seed: Optional[int] = None, reset: bool = True, *, temp: Optional[float] = None,
                  logits_processor: Any = None, stopping_criteria: Any = None,
-                 grammar: Optional[LlamaGrammar] = None, **kwargs: Any) -> Iterator[int]:
+                 grammar: Optional[LlamaGrammar] = None, typical_p: float = 1.0, mirostat_mode: int = 0,
+                 mirostat_tau: float = 5.0, mirostat_eta: float = 0.1, **kwargs: Any) -> Iterator[int]:
         """Yield sampled tokens after evaluating ``tokens``; runs until the caller stops,
         a stopping criterion says so, or the context is full. End-of-generation tokens
         are yielded like any other. ``temp`` is llama-cpp-python's name of ``temperature``."""
@@ -657,7 +668,9 @@ class Llama:
         else:
             self.eval(toks)
         sampler = self._make_sampler(temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n,
-                                     frequency_penalty, presence_penalty, seed)
+                                     frequency_penalty, presence_penalty, seed, typical_p=typical_p,
+                                     mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
+                                     mirostat_eta=mirostat_eta)
         for t in toks:
             sampler.accept(t)
         while True:
@@ -772,6 +785,9 @@ class Llama:
         logits_processor: Any = None,
         grammar: Optional[LlamaGrammar] = None,
         logit_bias: Optional[Dict[Any, float]] = None,
+        mirostat_mode: int = 0,
+        mirostat_tau: float = 5.0,
+        mirostat_eta: float = 0.1,
         **kwargs: Any,
     ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
         """Complete ``prompt`` (text or token ids).
@@ -786,8 +802,11 @@ class Llama:
         ``grammar``: a :class:`LlamaGrammar` the output must match.
         ``logit_bias``: {token id: bias} added to the logits; ``logits_processor`` and
         ``stopping_criteria``: see :mod:`pinfer.processors`. ``model``: the name reported.
+        ``typical_p`` < 1: locally typical sampling; ``mirostat_mode`` 1 or 2: mirostat with
+        target surprise ``mirostat_tau`` and learning rate ``mirostat_eta`` (top_k, typical_p,
+        top_p and min_p are then unused, as in llama.cpp).
         """
-        compat.check("create_completion", {"suffix": suffix, "typical_p": typical_p, **kwargs},
+        compat.check("create_completion", {"suffix": suffix, **kwargs},
                      compat.COMPLETION, compat.SAMPLING)
         if logprobs is not None:
             logprobs = A.as_int("logprobs", logprobs, 0, None)
@@ -800,7 +819,9 @@ class Llama:
                                 top_k=top_k, stream=stream, seed=seed, repeat_last_n=repeat_last_n,
                                 special=True, add_bos=True, model=model,
                                 hooks=self._hooks(logits_processor, grammar, stopping_criteria, logit_bias,
-                                                  logprobs))
+                                                  logprobs),
+                                extra=dict(typical_p=typical_p, mirostat_mode=mirostat_mode,
+                                           mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta))
 
     def _logprobs(self, hooks: _Hooks, buf: bytes, lo: int, hi: int, text_base: int,
                   chat: bool) -> Optional[Dict[str, Any]]:
@@ -834,7 +855,8 @@ class Llama:
                     min_p: float, echo: bool, stop: Optional[Union[str, List[str]]], frequency_penalty: float,
                     presence_penalty: float, repeat_penalty: float, top_k: int, stream: bool,
                     seed: Optional[int], repeat_last_n: Optional[int], special: bool, add_bos: bool,
-                    model: Optional[str], hooks: _Hooks, chat_logprobs: bool = False):
+                    model: Optional[str], hooks: _Hooks, chat_logprobs: bool = False,
+                    extra: Optional[Dict[str, Any]] = None):
         self.ctx  # raise now if closed, not on the first next() of a stream
         stops = [A.as_utf8("stop", s) for s in A.as_str_list("stop", stop) if s]
         if max_tokens is not None:
@@ -848,7 +870,7 @@ class Llama:
             raise ValueError(f"prompt is too long: {len(prompt_tokens)} tokens, but the context holds "
                              f"{self.ctx.n_ctx} (raise n_ctx)")
         sampler = self._make_sampler(temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n,
-                                     frequency_penalty, presence_penalty, seed)
+                                     frequency_penalty, presence_penalty, seed, **(extra or {}))
         cid = f"cmpl-{uuid.uuid4()}"
         created = int(time.time())
         model_name = model if model is not None else self.model_path
@@ -955,6 +977,10 @@ class Llama:
         logit_bias: Optional[Dict[Any, float]] = None,
         logprobs: Optional[bool] = None,
         top_logprobs: Optional[int] = None,
+        typical_p: float = 1.0,
+        mirostat_mode: int = 0,
+        mirostat_tau: float = 5.0,
+        mirostat_eta: float = 0.1,
         **kwargs: Any,
     ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
         """Reply to a chat (``[{"role": ..., "content": ...}, ...]``).
@@ -999,7 +1025,9 @@ class Llama:
                                   min_p=min_p, echo=False, stop=stop, frequency_penalty=frequency_penalty,
                                   presence_penalty=presence_penalty, repeat_penalty=repeat_penalty,
                                   top_k=top_k, stream=stream, seed=seed, repeat_last_n=None, special=True,
-                                  add_bos=add_bos, model=model, hooks=hooks, chat_logprobs=True)
+                                  add_bos=add_bos, model=model, hooks=hooks, chat_logprobs=True,
+                                  extra=dict(typical_p=typical_p, mirostat_mode=mirostat_mode,
+                                             mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta))
 
         if not stream:
             c = result["choices"][0]

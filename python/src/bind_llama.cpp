@@ -463,7 +463,8 @@ using logits_in = nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device
 class LlamaSampler {
   public:
     LlamaSampler(Model &model, float temperature, int32_t top_k, float top_p, float min_p, float repeat_penalty,
-                 int32_t repeat_last_n, float frequency_penalty, float presence_penalty, int64_t seed) {
+                 int32_t repeat_last_n, float frequency_penalty, float presence_penalty, int64_t seed,
+                 float typical_p, int32_t mirostat, float mirostat_tau, float mirostat_eta) {
         auto mh = model.holder();
         pinfer_sampler_params sp = pinfer_sampler_default_params();
         sp.temperature = temperature;
@@ -476,6 +477,10 @@ class LlamaSampler {
         sp.presence_penalty = presence_penalty;
         if (seed > (int64_t)UINT32_MAX) throw nb::value_error("seed must be < 2**32 (or negative for random)");
         sp.seed = seed < 0 ? UINT32_MAX : (uint32_t)seed;
+        sp.typical_p = typical_p;
+        sp.mirostat = mirostat;
+        sp.mirostat_tau = mirostat_tau;
+        sp.mirostat_eta = mirostat_eta;
         pinfer_sampler *s = pinfer_sampler_new(mh->p, sp);
         if (!s) throw nb::value_error(last_error("cannot create the sampler").c_str());
         h_ = std::make_shared<sampler_holder>();
@@ -694,12 +699,18 @@ void bind_llama(nb::module_ &m) {
         .def("reset_timings", &Context::reset_timings);
 
     const pinfer_sampler_params d = pinfer_sampler_default_params();
-    nb::class_<LlamaSampler>(m, "LlamaSampler", "The sampler chain of pinfer.h (penalties, top-k/p, min-p, temperature).")
-        .def(nb::init<Model &, float, int32_t, float, float, float, int32_t, float, float, int64_t>(), nb::arg("model"),
+    nb::class_<LlamaSampler>(m, "LlamaSampler",
+                             "The sampler chain of pinfer.h (penalties, top-k, typical, top-p, min-p, temperature;\n"
+                             "or penalties, temperature, mirostat 1/2).")
+        .def(nb::init<Model &, float, int32_t, float, float, float, int32_t, float, float, int64_t, float, int32_t, float,
+                      float>(),
+             nb::arg("model"),
              nb::arg("temperature") = d.temperature, nb::arg("top_k") = d.top_k, nb::arg("top_p") = d.top_p,
              nb::arg("min_p") = d.min_p, nb::arg("repeat_penalty") = d.repeat_penalty,
              nb::arg("repeat_last_n") = d.repeat_last_n, nb::arg("frequency_penalty") = d.frequency_penalty,
-             nb::arg("presence_penalty") = d.presence_penalty, nb::arg("seed") = -1)
+             nb::arg("presence_penalty") = d.presence_penalty, nb::arg("seed") = -1,
+             nb::arg("typical_p") = d.typical_p, nb::arg("mirostat") = d.mirostat,
+             nb::arg("mirostat_tau") = d.mirostat_tau, nb::arg("mirostat_eta") = d.mirostat_eta)
         .def("sample", &LlamaSampler::sample_ctx, nb::arg("ctx"), "Sample from the context's last logits.")
         .def("sample", &LlamaSampler::sample_arr, nb::arg("logits"), "Sample from a float32 [n_vocab] array.")
         .def("accept", &LlamaSampler::accept, nb::arg("token"), "Record a token (for the penalties).")
