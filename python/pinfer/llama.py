@@ -166,9 +166,11 @@ class _Hooks:
 
 
 class LlamaState:
-    """What :meth:`Llama.save_state` returns (picklable)."""
+    """What :meth:`Llama.save_state` returns (picklable; :mod:`pinfer.llama_cache`
+    also stores it without pickle). ``kv`` is the snapshot of the cached keys and
+    values; ``history`` how they were computed (batches), for a state without one."""
 
-    def __init__(self, history, input_ids, logits, scores, seed_state, n_ctx, model_path) -> None:
+    def __init__(self, history, input_ids, logits, scores, seed_state, n_ctx, model_path, kv=None) -> None:
         self.history = history
         self.input_ids = np.asarray(input_ids, dtype=np.intc)
         self.n_tokens = len(input_ids)
@@ -177,6 +179,14 @@ class LlamaState:
         self.seed_state = seed_state
         self.n_ctx = n_ctx
         self.model_path = model_path
+        self.kv = kv
+
+    @property
+    def llama_state_size(self) -> int:
+        """Bytes this state holds (what a cache's capacity_bytes counts)."""
+        arrays = [self.input_ids, self.logits, self.scores, getattr(self, "kv", None)]
+        arrays += [t for t, _ in self.history]
+        return int(sum(a.nbytes for a in arrays if a is not None))
 
 
 class Llama:
@@ -250,6 +260,7 @@ class Llama:
         self._exact: Any = None  # ExactTokenizer, built on first use
         self._metadata: Optional[Dict[str, str]] = None
         self._stream_owner = 0  # the completion that may use the cache (see _completion_stream)
+        self.cache: Any = None  # a prompt cache (set_cache)
         compat.check("Llama", kwargs, compat.INIT)
         self._last_n = A.as_int("last_n_tokens_size", last_n_tokens_size, 0)
         self._chat_format = _chat_family(chat_format)
@@ -357,30 +368,60 @@ class Llama:
         logits and the seed stream. :meth:`load_state` restores it bit-exactly."""
         logits = self.ctx.logits(-1).copy() if self._input_ids else None
         scores = self.scores.copy() if (self._input_ids and self._logits_all) else None
+        kv = self.ctx.kv_state() if self._input_ids else None
         return LlamaState([(t.copy(), k) for t, k in self._history], list(self._input_ids), logits, scores,
-                          self._seed_rng.getstate(), self.n_ctx(), self.model_path)
+                          self._seed_rng.getstate(), self.n_ctx(), self.model_path, kv)
 
     def load_state(self, state: "LlamaState") -> None:
-        """Restore a :meth:`save_state` of this or another Llama of the same model:
-        the same batches are evaluated again, so keys, values and logits are the same
-        bits (checked; a mismatch raises RuntimeError)."""
+        """Restore a :meth:`save_state` of this or another Llama of the same model and
+        context settings: the keys and values are copied back (a state without them
+        evaluates the same batches again), so the logits and every continuation are the
+        same bits; the seed stream is restored too."""
+        self._restore_context(state)
+        self._seed_rng.setstate(state.seed_state)
+
+    def _restore_context(self, state: "LlamaState") -> None:
         if not isinstance(state, LlamaState):
             raise TypeError(f"load_state() needs a LlamaState, got {type(state).__name__}")
         if len(state.input_ids) > self.n_ctx():
             raise ValueError(f"the state holds {len(state.input_ids)} tokens, more than n_ctx = {self.n_ctx()}")
         self._truncate(0)
-        n = 0
-        for toks, kept in state.history:
-            self.ctx.decode(toks, self._logits_all)
-            n += kept
-            self.ctx.kv_truncate(n)
-        self._input_ids = list(state.input_ids)
+        kv = getattr(state, "kv", None)
+        if kv is not None and state.logits is not None and state.scores is None:
+            self.ctx.set_kv_state(np.ascontiguousarray(kv, dtype=np.uint8), len(state.input_ids),
+                                  np.ascontiguousarray(state.logits, dtype=np.float32))
+        else:
+            n = 0
+            for toks, kept in state.history:
+                self.ctx.decode(toks, self._logits_all)
+                n += kept
+                self.ctx.kv_truncate(n)
+        self._input_ids = [int(t) for t in state.input_ids]
         self._history = [(t.copy(), k) for t, k in state.history]
-        self._seed_rng.setstate(state.seed_state)
         if state.logits is not None and not np.array_equal(self.ctx.logits(-1), state.logits):
             self.reset()
             raise RuntimeError("load_state(): the restored logits differ from the saved ones "
                                "(a different model or context settings?)")
+
+    @staticmethod
+    def longest_token_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+        """Length of the common prefix of two token sequences."""
+        n = 0
+        for x, y in zip(a, b):
+            if x != y:
+                break
+            n += 1
+        return n
+
+    def set_cache(self, cache: Any) -> None:
+        """Use a prompt cache (:class:`pinfer.LlamaRAMCache`, :class:`pinfer.LlamaDiskCache`,
+        or None): a completion whose prompt shares a longer prefix with a cached state
+        than with the context restores that state first, and every completion stores
+        its final state."""
+        from .llama_cache import BaseLlamaCache
+        if cache is not None and not isinstance(cache, BaseLlamaCache):
+            raise TypeError(f"set_cache() needs a LlamaRAMCache, LlamaDiskCache or None, got {type(cache).__name__}")
+        self.cache = cache
 
     # ---- resources ----
 
@@ -694,6 +735,8 @@ class Llama:
             self.ctx.reset_timings()
         self._stream_owner += 1
         me = self._stream_owner
+        if self.cache is not None:
+            self._from_cache(prompt_tokens)
         self._prepare(prompt_tokens)
         for t in prompt_tokens:
             sampler.accept(t)
@@ -750,8 +793,26 @@ class Llama:
             yield buf[emitted:].decode("utf-8", errors="replace"), len(buf)
         state["finish_reason"] = finish
         state["completion_tokens"] = n_gen
+        if self.cache is not None and self._input_ids:
+            self.cache[self._input_ids] = self.save_state()
         if self.verbose:
             self._print_timings()
+
+    def _from_cache(self, prompt_tokens: List[int]) -> None:
+        """Restore the cached state sharing the longest prefix with the prompt, if it
+        shares more than the context does (the seed stream is left alone, so a hit
+        changes no output, only the work)."""
+        try:
+            item = self.cache[prompt_tokens]
+        except KeyError:
+            if self.verbose:
+                print("pinfer: prompt cache miss", file=sys.stderr)
+            return
+        have = self.longest_token_prefix(self._input_ids, prompt_tokens)
+        if self.longest_token_prefix(item.input_ids.tolist(), prompt_tokens) > have:
+            self._restore_context(item)
+            if self.verbose:
+                print(f"pinfer: prompt cache hit: {item.n_tokens} tokens restored", file=sys.stderr)
 
     def _print_timings(self) -> None:
         t = self.ctx.timings()

@@ -177,6 +177,7 @@ class Model {
 
 using tokens_array = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using logits_view = nb::ndarray<nb::numpy, float>;
+using logits_in_arr = nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
 // Owner object for numpy views: a capsule holding a reference to the context.
 nb::capsule context_capsule(const std::shared_ptr<context_holder> &h) {
@@ -346,6 +347,32 @@ class Context {
         std::unique_lock<std::mutex> lock(h->busy, std::try_to_lock);
         if (!lock.owns_lock()) throw nb::value_error("the context is busy in another thread");
         pinfer_kv_truncate(h->p, n_keep);
+    }
+
+    // The KV snapshot of the cached positions, as a uint8 array.
+    nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>> kv_state() {
+        const auto &h = holder();
+        std::unique_lock<std::mutex> lock(h->busy, std::try_to_lock);
+        if (!lock.owns_lock()) throw nb::value_error("the context is busy in another thread");
+        const int64_t n = pinfer_state_size(h->p, pinfer_n_past(h->p));
+        if (n < 0) throw nb::value_error(last_error("kv_state").c_str());
+        uint8_t *buf = new uint8_t[(size_t)std::max<int64_t>(n, 1)];
+        nb::capsule owner(buf, [](void *p) noexcept { delete[] static_cast<uint8_t *>(p); });
+        if (pinfer_state_get(h->p, buf, (size_t)n) != 0) throw nb::value_error(last_error("kv_state").c_str());
+        return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(buf, {(size_t)n}, owner);
+    }
+    void set_kv_state(const nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> &state,
+                      int32_t n_past, const logits_in_arr &last_logits) {
+        const auto &h = holder();
+        if ((int64_t)last_logits.shape(0) != n_vocab_) throw nb::value_error("set_kv_state: logits must be [n_vocab]");
+        std::unique_lock<std::mutex> lock(h->busy, std::try_to_lock);
+        if (!lock.owns_lock()) throw nb::value_error("the context is busy in another thread");
+        if (pinfer_state_set(h->p, state.data(), state.shape(0), n_past, last_logits.data()) != 0) {
+            h->n_last = 0;
+            throw nb::value_error(last_error("set_kv_state").c_str());
+        }
+        h->n_last = 1;
+        h->last_all = false;
     }
 
     nb::dict timings() const {
@@ -695,6 +722,9 @@ void bind_llama(nb::module_ &m) {
         .def_prop_ro("n_ctx", &Context::n_ctx)
         .def_prop_ro("n_vocab", &Context::n_vocab)
         .def("kv_truncate", &Context::kv_truncate, nb::arg("n_keep"), "Forget cached tokens at positions >= n_keep.")
+        .def("kv_state", &Context::kv_state, "uint8 snapshot of the cached keys and values (positions [0, n_past)).")
+        .def("set_kv_state", &Context::set_kv_state, nb::arg("state"), nb::arg("n_past"), nb::arg("last_logits"),
+             "Restore a kv_state() snapshot of n_past positions and the last token's float32 logits.")
         .def("timings", &Context::timings)
         .def("reset_timings", &Context::reset_timings);
 
