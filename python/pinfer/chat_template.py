@@ -60,6 +60,17 @@ def _environment():
     return BoundedEnvironment(trim_blocks=True, lstrip_blocks=True)
 
 
+def uses_variable(template: str, name: str) -> bool:
+    """Whether the template reads the variable ``name`` (e.g. ``tools``)."""
+    from jinja2 import meta
+    from jinja2.exceptions import TemplateError
+
+    try:
+        return name in meta.find_undeclared_variables(_environment().parse(template))
+    except TemplateError as e:
+        raise ChatTemplateError(f"chat template error: {e}") from e
+
+
 def render(template: str, globals_: dict, **variables: Any) -> str:
     """Render ``template`` with ``variables``; ``globals_`` are extra functions
     (raise_exception, strftime_now). Raises ChatTemplateError."""

@@ -223,6 +223,9 @@ class Llama:
         chat_format: a chat format name ("chatml", "llama-2", "llama-3",
             "mistral-instruct", "gemma", "zephyr", "vicuna", "phi-3", ...) used instead
             of the model's own template.
+        chat_handler: a callable that answers create_chat_completion instead
+            (llama-cpp-python's protocol: called with llama=self, messages=, tools=,
+            tool_choice= and the sampling arguments as keywords).
         type_k, type_v: KV cache type as a GGML type id (0: F32, 1: F16; both alike).
 
     Other llama-cpp-python arguments are listed in :mod:`pinfer.compat`: performance
@@ -249,6 +252,7 @@ class Llama:
         vram_budget: Optional[float] = None,
         last_n_tokens_size: int = 64,
         chat_format: Optional[str] = None,
+        chat_handler: Any = None,
         type_k: Optional[int] = None,
         type_v: Optional[int] = None,
         **kwargs: Any,
@@ -264,6 +268,9 @@ class Llama:
         compat.check("Llama", kwargs, compat.INIT)
         self._last_n = A.as_int("last_n_tokens_size", last_n_tokens_size, 0)
         self._chat_format = _chat_family(chat_format)
+        if chat_handler is not None and not callable(chat_handler):
+            raise TypeError(f"chat_handler must be callable, got {type(chat_handler).__name__}")
+        self.chat_handler = chat_handler
         kv_type = _kv_type(type_k, type_v)
         if model_path is None:
             model_path = default_model_path()
@@ -983,20 +990,31 @@ class Llama:
     # ---- chat ----
 
     def apply_chat_template(self, messages: Sequence[Dict[str, Any]], add_generation_prompt: bool = True,
-                            chat_template: Optional[str] = None) -> str:
+                            chat_template: Optional[str] = None,
+                            tools: Optional[Sequence[Dict[str, Any]]] = None) -> str:
         """Render messages with the model's Jinja chat template (``tokenizer.chat_template``),
-        bounded in time, output size and memory (pinfer.chat_template)."""
+        bounded in time, output size and memory (pinfer.chat_template); ``tools`` (OpenAI
+        format) go to a template that reads them, else into a system message
+        (:mod:`pinfer.tool_calls`)."""
+        return self._render_chat(messages, add_generation_prompt, chat_template, tools)[0]
+
+    def _render_chat(self, messages: Sequence[Dict[str, Any]], add_generation_prompt: bool,
+                     chat_template: Optional[str], tools: Optional[Sequence[Dict[str, Any]]]
+                     ) -> Tuple[str, List[Dict[str, Any]]]:
+        """(prompt, the messages as rendered)."""
         from jinja2.exceptions import TemplateError
 
         from . import chat_template as ct
+        from .tool_calls import as_plain_history
 
+        bos, eos = self.model.bos, self.model.eos
+        bos_text = self.model.token_to_piece(bos, True).decode("utf-8", errors="replace") if bos >= 0 else ""
+        eos_text = self.model.token_to_piece(eos, True).decode("utf-8", errors="replace") if eos >= 0 else ""
         if chat_template is None and self._chat_format is not None:
-            bos, eos = self.model.bos, self.model.eos
+            msgs = as_plain_history(messages, tools)
             return _core.apply_chat_template(
-                self._chat_format, [{"role": m["role"], "content": m.get("content") or ""} for m in messages],
-                add_generation_prompt,
-                self.model.token_to_piece(bos, True).decode("utf-8", errors="replace") if bos >= 0 else "",
-                self.model.token_to_piece(eos, True).decode("utf-8", errors="replace") if eos >= 0 else "")
+                self._chat_format, [{"role": m["role"], "content": m.get("content") or ""} for m in msgs],
+                add_generation_prompt, bos_text, eos_text), msgs
         template = chat_template or self.model.chat_template
         if not template:
             raise ValueError("the model has no chat template (tokenizer.chat_template); pass chat_template=...")
@@ -1007,12 +1025,16 @@ class Llama:
         def strftime_now(fmt: str) -> str:
             return time.strftime(fmt)
 
-        bos, eos = self.model.bos, self.model.eos
-        bos_text = self.model.token_to_piece(bos, True).decode("utf-8", errors="replace") if bos >= 0 else ""
-        eos_text = self.model.token_to_piece(eos, True).decode("utf-8", errors="replace") if eos >= 0 else ""
+        extra: Dict[str, Any] = {}
+        if ct.uses_variable(template, "tools"):
+            msgs = list(messages)
+            if tools:
+                extra["tools"] = list(tools)
+        else:
+            msgs = as_plain_history(messages, tools)
         return ct.render(template, {"raise_exception": raise_exception, "strftime_now": strftime_now},
-                         messages=list(messages), bos_token=bos_text, eos_token=eos_text,
-                         add_generation_prompt=add_generation_prompt)
+                         messages=msgs, bos_token=bos_text, eos_token=eos_text,
+                         add_generation_prompt=add_generation_prompt, **extra), msgs
 
     def create_chat_completion(
         self,
@@ -1042,6 +1064,8 @@ class Llama:
         mirostat_mode: int = 0,
         mirostat_tau: float = 5.0,
         mirostat_eta: float = 0.1,
+        tools: Optional[List[Dict[str, Any]]] = None,
+        tool_choice: Any = None,
         **kwargs: Any,
     ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
         """Reply to a chat (``[{"role": ..., "content": ...}, ...]``).
@@ -1053,8 +1077,26 @@ class Llama:
         under ``"schema"``) or ``{"type": "json_schema", "json_schema": {"schema": ...}}``.
         ``logprobs=True`` (with ``top_logprobs`` alternatives, 0-20) adds OpenAI's
         ``choices[0]["logprobs"]["content"]``.
+        ``tools`` (OpenAI function tools) are offered to the model; a reply that calls
+        them comes back as ``message["tool_calls"]`` with finish_reason "tool_calls"
+        (Hermes/Qwen ``<tool_call>`` and Llama 3 JSON styles; :mod:`pinfer.tool_calls`).
+        ``tool_choice``: "auto" (default), "none", "required" or one named function (the
+        last two constrain the reply to a call).
         """
         compat.check("create_chat_completion", kwargs, compat.CHAT, compat.SAMPLING)
+        if self.chat_handler is not None:
+            return self.chat_handler(
+                llama=self, messages=messages, tools=tools, tool_choice=tool_choice, temperature=temperature,
+                top_p=top_p, top_k=top_k, min_p=min_p, typical_p=typical_p, stream=stream, stop=stop, seed=seed,
+                response_format=response_format, max_tokens=max_tokens, presence_penalty=presence_penalty,
+                frequency_penalty=frequency_penalty, repeat_penalty=repeat_penalty, mirostat_mode=mirostat_mode,
+                mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, model=model,
+                logits_processor=logits_processor, grammar=grammar, logit_bias=logit_bias, logprobs=logprobs,
+                top_logprobs=top_logprobs)
+        from . import tool_calls as tc
+        tools = tc.check_tools(tools) if tools is not None else None
+        tool_choice = tc.check_tool_choice(tool_choice, tools)
+        offered = tools if tools and tool_choice != "none" else None
         if isinstance(messages, (str, bytes)) or not all(isinstance(m, dict) and "role" in m for m in messages):
             raise ValueError("messages must be a list of {'role': ..., 'content': ...} dicts")
         if top_logprobs is not None:
@@ -1067,7 +1109,12 @@ class Llama:
         if rf_grammar is not None and grammar is not None:
             raise ValueError("give either grammar= or a JSON response_format, not both")
         grammar = grammar or rf_grammar
-        prompt = self.apply_chat_template(messages, True, chat_template)
+        if offered and tool_choice not in (None, "auto"):
+            if grammar is not None:
+                raise ValueError(f"tool_choice={tool_choice!r} constrains the reply already: "
+                                 "give no grammar= or JSON response_format with it")
+            grammar = LlamaGrammar.from_json_schema(tc.forced_call_schema(offered, tool_choice))
+        prompt, messages = self._render_chat(messages, True, chat_template, offered)
         if isinstance(stop, str):
             stop = [stop]
         stop = list(stop or [])
@@ -1092,11 +1139,19 @@ class Llama:
 
         if not stream:
             c = result["choices"][0]
+            message: Dict[str, Any] = {"role": "assistant", "content": c["text"]}
+            finish = c["finish_reason"]
+            if offered:
+                content, calls = tc.parse_tool_calls(c["text"], offered)
+                if calls:
+                    message = {"role": "assistant", "content": content, "tool_calls": calls}
+                    finish = "tool_calls"
             return {"id": "chat" + result["id"], "object": "chat.completion", "created": result["created"],
                     "model": result["model"],
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": c["text"]},
-                                 "logprobs": c["logprobs"], "finish_reason": c["finish_reason"]}],
+                    "choices": [{"index": 0, "message": message, "logprobs": c["logprobs"], "finish_reason": finish}],
                     "usage": result["usage"]}
+        if offered:
+            return self._tool_chunks(result, offered)
 
         def chunks() -> Iterator[Dict[str, Any]]:
             first = True
@@ -1116,6 +1171,60 @@ class Llama:
                                                 "finish_reason": c["finish_reason"]}],
                            "usage": ch.get("usage")}
         return chunks()
+
+    @staticmethod
+    def _tool_chunks(result: Iterator[Dict[str, Any]], tools: List[Dict[str, Any]]) -> Iterator[Dict[str, Any]]:
+        """Chat chunks of a reply that may call tools: text streams as content until it
+        may begin a call (a <tool_call> block, or a reply opening with a JSON object);
+        from there it is held, and at the end parsed into tool_calls deltas."""
+        from . import tool_calls as tc
+
+        def partial(text: str) -> int:  # a tail that may grow into an opener
+            return max((k for o in tc.OPENERS for k in range(1, len(o)) if text.endswith(o[:k])), default=0)
+
+        first, pending, held, started = True, "", False, False
+        for ch in result:
+            base = {"id": "chat" + ch["id"], "object": "chat.completion.chunk", "created": ch["created"],
+                    "model": ch["model"]}
+            if first:
+                yield {**base, "choices": [{"index": 0, "delta": {"role": "assistant"}, "logprobs": None,
+                                            "finish_reason": None}]}
+                first = False
+            c = ch["choices"][0]
+            pending += c["text"]
+            if not held:
+                at = min((i for i in (pending.find(o) for o in tc.OPENERS) if i >= 0), default=-1)
+                lead = pending.lstrip()
+                if not started and (lead.startswith("{") or lead.startswith("<|python_tag|>")):
+                    held = True
+                elif at >= 0:
+                    out, pending, held = pending[:at], pending[at:], True
+                    if out:
+                        yield {**base, "choices": [{"index": 0, "delta": {"content": out}, "logprobs": None,
+                                                    "finish_reason": None}]}
+                elif lead:
+                    k = partial(pending)
+                    out, pending = pending[:len(pending) - k], pending[len(pending) - k:]
+                    if out:
+                        started = True
+                        yield {**base, "choices": [{"index": 0, "delta": {"content": out},
+                                                    "logprobs": c["logprobs"], "finish_reason": None}]}
+            if c["finish_reason"] is None:
+                continue
+            finish = c["finish_reason"]
+            content, calls = tc.parse_tool_calls(pending, tools) if pending else (None, [])
+            if calls:
+                finish = "tool_calls"
+                if content:
+                    yield {**base, "choices": [{"index": 0, "delta": {"content": content}, "logprobs": None,
+                                                "finish_reason": None}]}
+                yield {**base, "choices": [{"index": 0, "logprobs": None, "finish_reason": None, "delta": {
+                    "tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]}}]}
+            elif pending:
+                yield {**base, "choices": [{"index": 0, "delta": {"content": pending}, "logprobs": None,
+                                            "finish_reason": None}]}
+            yield {**base, "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish}],
+                   "usage": ch.get("usage")}
 
     def _chat_tokens(self, prompt: str, messages: Sequence[Dict[str, Any]], add_bos: bool) -> List[int]:
         """The rendered chat's tokens: the template's special-token text becomes control
