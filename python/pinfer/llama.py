@@ -1002,8 +1002,6 @@ class Llama:
                      chat_template: Optional[str], tools: Optional[Sequence[Dict[str, Any]]]
                      ) -> Tuple[str, List[Dict[str, Any]]]:
         """(prompt, the messages as rendered)."""
-        from jinja2.exceptions import TemplateError
-
         from . import chat_template as ct
         from .tool_calls import as_plain_history
 
@@ -1018,23 +1016,7 @@ class Llama:
         template = chat_template or self.model.chat_template
         if not template:
             raise ValueError("the model has no chat template (tokenizer.chat_template); pass chat_template=...")
-
-        def raise_exception(message: str) -> None:
-            raise TemplateError(message)
-
-        def strftime_now(fmt: str) -> str:
-            return time.strftime(fmt)
-
-        extra: Dict[str, Any] = {}
-        if ct.uses_variable(template, "tools"):
-            msgs = list(messages)
-            if tools:
-                extra["tools"] = list(tools)
-        else:
-            msgs = as_plain_history(messages, tools)
-        return ct.render(template, {"raise_exception": raise_exception, "strftime_now": strftime_now},
-                         messages=msgs, bos_token=bos_text, eos_token=eos_text,
-                         add_generation_prompt=add_generation_prompt, **extra), msgs
+        return ct.render_messages(template, list(messages), add_generation_prompt, bos_text, eos_text, tools)
 
     def create_chat_completion(
         self,
