@@ -212,3 +212,19 @@ def test_ctrl_c_stops_the_reply_then_exits(default):
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_without_python_the_template_family_serves(tiny, tmp_path):
+    e = env()
+    e["PINFER_PYTHON"] = str(tmp_path / "no-python")
+    run = lambda *a: subprocess.run([cli_path(), "-t", "2", *map(str, a)], input=b"Hello\n",  # noqa: E731
+                                    capture_output=True, timeout=60, env=e)
+    r = run("-m", tiny, "-n", 4, "--temp", 0)  # tiny's template is ChatML: formatted in C++
+    assert r.returncode == 0 and b"formatting the chat by the template's family" in r.stderr, r.stderr
+    with Llama(tiny, n_ctx=128, n_threads=2) as llm:
+        ref = llm.create_chat_completion([{"role": "user", "content": "Hello"}], max_tokens=4, temperature=0)
+    assert r.stdout.decode("utf-8", errors="replace") == ref["choices"][0]["message"]["content"] + "\n"
+    r = run("-n", 4)  # the embedded model's template has no family
+    assert r.returncode == 1 and b"cannot apply the chat template" in r.stderr and b"no-python" in r.stderr
+    r = run("-m", tiny, "-p", "x", "-n", 2, "--grammar", 'root ::= "a"')
+    assert r.returncode == 1 and b"grammar" in r.stderr and b"no-python" in r.stderr

@@ -104,6 +104,7 @@ class python_helper {
     }
 
     const std::string &why() const { return why_; }
+    bool unavailable() const { return failed_; }  // it could not start, or died
 
     void stop() {
         if (to_) fclose(to_);

@@ -801,27 +801,34 @@ void print_sparse_stats(const session &s) {
                 st.max_logit_diff, st.max_logit_abs, (long long)st.n_argmax_agree, (long long)st.n_verified);
 }
 
+// The chat formatted by a template family (a name, or nullptr: the model template's family).
+std::string format_by_family(const session &s, const char *tmpl,
+                             const std::vector<std::pair<std::string, std::string>> &history, bool add_generation_prompt,
+                             const std::string &what) {
+    std::vector<pinfer_chat_message> msgs;
+    for (auto &m : history) msgs.push_back({m.first.c_str(), m.second.c_str()});
+    std::string buf(1024, '\0');
+    int32_t n = pinfer_chat_apply_template(s.model, tmpl, msgs.data(), msgs.size(), add_generation_prompt, &buf[0],
+                                           (int32_t)buf.size());
+    if (n < 0 && n != INT32_MIN) {
+        buf.assign((size_t)-n, '\0');
+        n = pinfer_chat_apply_template(s.model, tmpl, msgs.data(), msgs.size(), add_generation_prompt, &buf[0],
+                                       (int32_t)buf.size());
+    }
+    if (n < 0) throw run_error{api_error(what)};
+    buf.resize((size_t)n);
+    return buf;
+}
+
 // Formats the chat: a family name given with --chat-template is formatted here (as
 // pinfer.Llama's chat_format=); a Jinja template (the model's, or one given) is rendered by
 // pinfer.cli_helper, the code pinfer.Llama renders with.
 std::string apply_template(session &s, const cli_params &p,
                            const std::vector<std::pair<std::string, std::string>> &history, bool add_generation_prompt) {
     const bool jinja_given = p.chat_template.find("{%") != std::string::npos || p.chat_template.find("{{") != std::string::npos;
-    if (!p.chat_template.empty() && !jinja_given) {
-        std::vector<pinfer_chat_message> msgs;
-        for (auto &m : history) msgs.push_back({m.first.c_str(), m.second.c_str()});
-        std::string buf(1024, '\0');
-        int32_t n = pinfer_chat_apply_template(s.model, p.chat_template.c_str(), msgs.data(), msgs.size(),
-                                               add_generation_prompt, &buf[0], (int32_t)buf.size());
-        if (n < 0 && n != INT32_MIN) {
-            buf.assign((size_t)-n, '\0');
-            n = pinfer_chat_apply_template(s.model, p.chat_template.c_str(), msgs.data(), msgs.size(),
-                                           add_generation_prompt, &buf[0], (int32_t)buf.size());
-        }
-        if (n < 0) throw run_error{api_error("cannot apply the chat template '" + p.chat_template + "'")};
-        buf.resize((size_t)n);
-        return buf;
-    }
+    if (!p.chat_template.empty() && !jinja_given)
+        return format_by_family(s, p.chat_template.c_str(), history, add_generation_prompt,
+                                "cannot apply the chat template '" + p.chat_template + "'");
     const char *model_tmpl = pinfer_model_meta_str(s.model, "tokenizer.chat_template");
     const std::string tmpl = jinja_given ? p.chat_template : (model_tmpl ? model_tmpl : "");
     if (tmpl.empty())
@@ -835,8 +842,14 @@ std::string apply_template(session &s, const cli_params &p,
         req.push_back(m.second);
     }
     std::vector<std::string> r;
-    if (!s.py.call(req, r) || r.empty()) throw run_error{"cannot apply the chat template: " + s.py.why()};
-    return r[0];
+    if (s.py.call(req, r) && !r.empty()) return r[0];
+    if (!s.py.unavailable() || jinja_given) throw run_error{"cannot apply the chat template: " + s.py.why()};
+    // No Python to render with: the template's family, formatted here, if it has one.
+    static bool said = false;
+    if (!said && s.log) fprintf(stderr, "pinfer: notice: %s; formatting the chat by the template's family\n", s.py.why().c_str());
+    said = true;
+    return format_by_family(s, nullptr, history, add_generation_prompt,
+                            "cannot apply the chat template (" + s.py.why() + ")");
 }
 
 // Reads one line of user input; false at the end of input or on Ctrl-C (g_interrupts set).
@@ -860,8 +873,10 @@ bool read_line(const cli_params &p, std::string &line) {
 void grammar_start(session &s, const cli_params &p, const std::string &model_path) {
     if (p.grammar_kind.empty()) return;
     std::vector<std::string> r;
-    if (!s.py.call({"grammar", model_path, p.grammar_kind, p.grammar}, r))
+    if (!s.py.call({"grammar", model_path, p.grammar_kind, p.grammar}, r)) {
+        if (s.py.unavailable()) throw run_error{"grammars need pinfer's Python helper: " + s.py.why()};
         throw run_error{(p.grammar_kind == "gbnf" ? "invalid grammar: " : "invalid JSON schema: ") + s.py.why()};
+    }
     s.grammar = true;
     s.grammar_done = false;
 }
