@@ -228,3 +228,32 @@ def test_without_python_the_template_family_serves(tiny, tmp_path):
     assert r.returncode == 1 and b"cannot apply the chat template" in r.stderr and b"no-python" in r.stderr
     r = run("-m", tiny, "-p", "x", "-n", 2, "--grammar", 'root ::= "a"')
     assert r.returncode == 1 and b"grammar" in r.stderr and b"no-python" in r.stderr
+
+
+def test_reverse_prompt_hands_control_back_with_the_cache_intact(tiny):
+    with Llama(tiny, n_ctx=128, n_threads=2) as llm:
+        piece = lambda t: llm.model.token_to_piece(t, False)  # noqa: E731
+        llm.eval(llm.tokenize(b"Once upon", True, True))
+        probe = greedy(llm, 3)
+        rev = piece(probe[2])
+        assert rev.strip() and b"\n" not in rev
+
+        def reply(n):  # greedy until n tokens or the text ends with the reverse prompt; each evaluated
+            out = b""
+            for _ in range(n):
+                t = int(np.argmax(llm.logits))
+                out += piece(t)
+                llm.eval([t])
+                if out.endswith(rev):
+                    break
+            return out
+
+        llm.reset()
+        llm.eval(llm.tokenize(b"Once upon", True, True))
+        expect = b"Once upon" + reply(12)
+        llm.eval(llm.tokenize(b"more\n", False, False))
+        expect += reply(12) + b"\n"
+    rc, out, err = cli("-m", tiny, "-p", "Once upon", "-i", "-n", 12, "--temp", 0, "-r", rev.decode(),
+                       stdin=b"more\n")
+    assert rc == 0, err
+    assert out == expect.decode("utf-8", errors="replace")

@@ -670,17 +670,26 @@ stop_reason generate(session &s, int32_t n_predict, bool keep_eog, std::string *
         printer.write(piece);
         if (out_text) *out_text += piece;
         ++*n_generated;
+        // A chat or interactive session goes on from this token: the cache must hold it.
+        auto keep_last = [&] {
+            if ((keep_eog || decode_last) && pinfer_n_past(s.ctx) < n_ctx) {
+                if (pinfer_decode(s.ctx, &tok, 1, false) < 0) throw run_error{api_error("evaluation failed")};
+                s.tokens.push_back(tok);
+            }
+        };
         if (!s.reverse_prompts.empty()) {
             tail += piece;
             bool hit = false;
             for (const std::string &r : s.reverse_prompts)
                 hit = hit || (tail.size() >= r.size() && tail.compare(tail.size() - r.size(), r.size(), r) == 0);
             if (hit) {
+                keep_last();
                 why = stop_reason::reverse_prompt;
                 break;
             }
         }
         if (s.grammar && s.grammar_done) {
+            keep_last();
             why = stop_reason::grammar;
             break;
         }
