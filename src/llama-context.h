@@ -81,6 +81,14 @@ public:
     uint32_t n_past() const { return kv_->n_past; }
     void truncate(uint32_t n_keep);
     const model &mdl() const { return model_; }
+
+    // A snapshot of the cached keys and values of positions [0, n_past) (and of the
+    // dense twin's with verify), for prompt caches (llama-context-state.cpp).
+    size_t state_size(uint32_t n_past) const;
+    void state_get(uint8_t *dst, size_t size) const;  // size must be state_size(n_past())
+    // Restores a snapshot of n_past positions and the last token's logits (n_vocab
+    // floats); throws if the size does not match this context.
+    void state_set(const uint8_t *src, size_t size, uint32_t n_past, const float *last_logits);
     timings tm;
 
     sparse_mode mode() const { return ffn_.mode; }

@@ -33,6 +33,11 @@ sampler::sampler(const sampler_params & params) : params_(params) {
     check(std::isfinite(params.frequency_penalty), "sampler: frequency_penalty must be finite");
     check(std::isfinite(params.presence_penalty), "sampler: presence_penalty must be finite");
     check(params.repeat_last_n >= 0, "sampler: repeat_last_n must be >= 0 (0 disables penalties)");
+    check(!std::isnan(params.typical_p), "sampler: typical_p is NaN");
+    check(params.mirostat >= 0 && params.mirostat <= 2, "sampler: mirostat must be 0 (off), 1 or 2");
+    check(std::isfinite(params.mirostat_tau), "sampler: mirostat_tau must be finite");
+    check(std::isfinite(params.mirostat_eta), "sampler: mirostat_eta must be finite");
+    mu_ = 2.0 * double(params.mirostat_tau);
     // The pick needs one candidate, so min_keep 0 behaves as 1.
     if (params_.min_keep == 0) params_.min_keep = 1;
 
@@ -50,6 +55,7 @@ void sampler::reset() {
     history_.clear();
     hist_head_ = 0;
     rng_.seed(seed_);
+    mu_ = 2.0 * double(params_.mirostat_tau);
 }
 
 void sampler::accept(int32_t token) {
@@ -245,6 +251,98 @@ void sampler::temperature() {
     softmax();
 }
 
+double sampler::log_sum_exp() const {
+    double mx = -std::numeric_limits<double>::infinity();
+    for (size_t i = 0; i < n_cur_; ++i) mx = std::max(mx, double(cur_[i].logit));
+    if (!(mx > -std::numeric_limits<double>::infinity())) return mx;
+    double sum = 0.0;
+    for (size_t i = 0; i < n_cur_; ++i) sum += std::exp(double(cur_[i].logit) - mx);
+    return mx + std::log(sum);
+}
+
+void sampler::typical() {
+    const float mass = params_.typical_p;
+    if (mass >= 1.0f) return;
+    // Log-probabilities in double straight from the logits: the order by distance to the
+    // entropy must not hinge on float rounding of p.
+    const double lse = log_sum_exp();
+    if (!(lse > -std::numeric_limits<double>::infinity())) return;  // all -inf: nothing to rank
+    const size_t n = n_cur_;
+    double entropy = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+        const double lp = double(cur_[i].logit) - lse;
+        if (std::isfinite(lp)) entropy -= std::exp(lp) * lp;
+    }
+    keyed_.resize(n);  // grows once, then reused
+    for (size_t i = 0; i < n; ++i) {
+        const double lp = double(cur_[i].logit) - lse;
+        keyed_[i] = {std::isfinite(lp) ? std::fabs(-lp - entropy) : std::numeric_limits<double>::infinity(),
+                     uint32_t(i)};
+    }
+    const token_candidate * c = cur_.data();
+    std::sort(keyed_.begin(), keyed_.end(), [c](const auto & a, const auto & b) {
+        return a.first < b.first || (a.first == b.first && better(c[a.second], c[b.second]));
+    });
+    size_t keep = n;
+    double cum = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+        cum += std::exp(double(c[keyed_[i].second].logit) - lse);
+        if (cum > double(mass) && i + 1 >= params_.min_keep) {
+            keep = i + 1;
+            break;
+        }
+    }
+    reorder_.resize(keep);
+    for (size_t i = 0; i < keep; ++i) reorder_[i] = c[keyed_[i].second];
+    std::copy(reorder_.begin(), reorder_.begin() + std::ptrdiff_t(keep), cur_.begin());
+    n_cur_ = keep;
+    n_sorted_ = 0;  // now ordered by typicality, not by logit
+}
+
+void sampler::mirostat_v1(size_t n_vocab) {
+    // Zipf exponent by least squares over the best m candidates: log(p_i / p_i+1) against
+    // log((i + 2) / (i + 1)); the ratio of probabilities is the difference of logits.
+    constexpr size_t m = 100;
+    const size_t top = std::min(m, n_cur_);
+    sort_prefix(top);
+    double sum_tb = 0.0, sum_tt = 0.0;
+    for (size_t i = 0; i + 1 < top; ++i) {
+        const double a = cur_[i].logit, b = cur_[i + 1].logit;
+        if (!(b > -std::numeric_limits<double>::infinity())) break;
+        const double t = std::log(double(i + 2) / double(i + 1));
+        sum_tb += t * (a - b);
+        sum_tt += t * t;
+    }
+    size_t k = 1;
+    if (sum_tt > 0.0) {
+        const double s = sum_tb / sum_tt, eps = s - 1.0;
+        const double kk = std::pow(eps * std::pow(2.0, mu_) / (1.0 - std::pow(double(n_vocab), -eps)), 1.0 / s);
+        k = n_cur_;  // NaN (s = 1): no truncation
+        if (kk < 1.0) k = 1;
+        else if (kk < double(n_cur_)) k = size_t(kk);
+    }
+    sort_prefix(k);
+    n_cur_ = k;
+    softmax();
+}
+
+void sampler::mirostat_v2() {
+    // Keep the candidates whose surprise -log2 p is at most mu; the filter is monotone in
+    // the logit, so a sorted prefix stays one.
+    const double lse = log_sum_exp(), ln2 = std::log(2.0);
+    size_t w = 0;
+    for (size_t i = 0; i < n_cur_; ++i) {
+        if ((lse - double(cur_[i].logit)) / ln2 <= mu_) cur_[w++] = cur_[i];
+    }
+    if (w == 0) {
+        sort_prefix(1);
+        w = 1;
+    }
+    n_cur_ = w;
+    n_sorted_ = std::min(n_sorted_, w);
+    softmax();
+}
+
 int32_t sampler::pick_greedy() const {
     size_t best = 0;
     for (size_t i = 1; i < n_cur_; ++i) {
@@ -253,7 +351,7 @@ int32_t sampler::pick_greedy() const {
     return cur_[best].id;
 }
 
-int32_t sampler::pick_dist() {
+size_t sampler::pick_dist() {
     // 53 random bits -> uniform double in [0, 1); mt19937 output is fully specified,
     // so a seed gives the same tokens with every standard library.
     const uint64_t hi = rng_() >> 5, lo = rng_() >> 6;  // 27 + 26 bits
@@ -264,13 +362,13 @@ int32_t sampler::pick_dist() {
     double cum = 0.0;
     for (size_t i = 0; i < n_cur_; ++i) {
         cum += cur_[i].p;
-        if (target < cum) return cur_[i].id;
+        if (target < cum) return i;
     }
     // Rounding left target at the very top: take the last candidate with mass.
     for (size_t i = n_cur_; i-- > 0;) {
-        if (cur_[i].p > 0.0f) return cur_[i].id;
+        if (cur_[i].p > 0.0f) return i;
     }
-    return cur_[0].id;
+    return 0;
 }
 
 void sampler::apply(const float * logits, size_t n_vocab) {
@@ -284,7 +382,14 @@ void sampler::apply(const float * logits, size_t n_vocab) {
         n_sorted_ = 1;
         return;
     }
+    if (params_.mirostat != 0) {
+        temperature();
+        if (params_.mirostat == 1) mirostat_v1(n_vocab);
+        else mirostat_v2();
+        return;
+    }
     top_k();
+    typical();
     top_p();
     min_p();
     temperature();
@@ -293,7 +398,13 @@ void sampler::apply(const float * logits, size_t n_vocab) {
 int32_t sampler::sample(const float * logits, size_t n_vocab) {
     apply(logits, n_vocab);
     if (params_.temp <= 0.0f) return cur_[0].id;
-    return pick_dist();
+    const size_t i = pick_dist();
+    if (params_.mirostat != 0) {
+        // The pick's surprise among the survivors steers mu towards tau.
+        const double surprise = (log_sum_exp() - double(cur_[i].logit)) / std::log(2.0);
+        mu_ -= double(params_.mirostat_eta) * (surprise - double(params_.mirostat_tau));
+    }
+    return cur_[i].id;
 }
 
 // ---- stop strings ----

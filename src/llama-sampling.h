@@ -2,10 +2,20 @@
 //
 // Chain order (each stage is skipped when its parameter disables it):
 //   penalties (repeat / frequency / presence over the last repeat_last_n accepted tokens)
-//   -> top-k -> top-p -> min-p -> temperature -> pick
-// top-p and min-p look at the softmax of the (penalized) logits before temperature, so the
-// temperature only reshapes the distribution among the survivors. temp <= 0 means greedy:
-// the pick is the argmax of the penalized logits (lowest id on ties) and the filters are moot.
+//   -> top-k -> typical -> top-p -> min-p -> temperature -> pick
+// typical, top-p and min-p look at the softmax of the (penalized) logits before temperature,
+// so the temperature only reshapes the distribution among the survivors. temp <= 0 means
+// greedy: the pick is the argmax of the penalized logits (lowest id on ties) and the filters
+// are moot.
+//
+// With mirostat (1 or 2; Basu et al. 2021, the variants llama.cpp ships) the chain is
+//   penalties -> temperature -> mirostat truncation -> pick -> update mu
+// and top-k / typical / top-p / min-p are not used (as in llama.cpp and llama-cpp-python).
+// mu starts at 2 * tau and moves by eta * (observed surprise - tau) after every pick, so a
+// mirostat sampler has state beyond its history; reset() restores mu too.
+//   v1: estimate the Zipf exponent s from the best m = 100 candidates, keep the top
+//       k = ((s - 1) 2^mu / (1 - n_vocab^(1 - s)))^(1 / s) of them;
+//   v2: keep the candidates whose surprise -log2 p is at most mu (at least the best one).
 //
 // Hot-path rule: after the first call with a given vocabulary size nothing is allocated;
 // all buffers are members that are reused.
@@ -16,6 +26,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace pinfer {
@@ -30,7 +41,11 @@ struct sampler_params {
     float    presence_penalty  = 0.00f;  // subtracted once if present in the window
     int32_t  repeat_last_n     = 64;     // penalty window; 0: penalties off
     uint32_t seed              = 0xFFFFFFFFu;  // 0xFFFFFFFF: pick a random seed
-    size_t   min_keep          = 1;      // top-p / min-p never keep fewer than this
+    size_t   min_keep          = 1;      // typical / top-p / min-p never keep fewer than this
+    float    typical_p         = 1.00f;  // >= 1: off; locally typical sampling's mass
+    int32_t  mirostat          = 0;      // 0: off, 1 or 2: the mirostat version
+    float    mirostat_tau      = 5.00f;  // target surprise (bits)
+    float    mirostat_eta      = 0.10f;  // learning rate of mu
 };
 
 constexpr uint32_t SAMPLER_RANDOM_SEED = 0xFFFFFFFFu;
@@ -61,6 +76,7 @@ public:
 
     const sampler_params & params() const { return params_; }
     uint32_t seed() const { return seed_; }  // the seed actually in use
+    double mirostat_mu() const { return mu_; }  // mirostat's current surprise bound (bits)
 
 private:
     void load(const float * logits, size_t n_vocab);
@@ -72,8 +88,12 @@ private:
     void top_p();
     void min_p();
     void temperature();
+    double log_sum_exp() const;  // of the current candidates' logits, in double
+    void typical();
+    void mirostat_v1(size_t n_vocab);
+    void mirostat_v2();
     int32_t pick_greedy() const;
-    int32_t pick_dist();
+    size_t pick_dist();  // index into the candidates
 
     sampler_params params_;
     uint32_t seed_;
@@ -86,6 +106,9 @@ private:
     std::vector<int32_t> history_;      // ring buffer of the last repeat_last_n tokens
     size_t hist_head_ = 0;              // next write position once the ring is full
     std::vector<int32_t> scratch_;      // sorted copy of the window, for counting
+    std::vector<std::pair<double, uint32_t>> keyed_;  // typical: (shifted surprise, index)
+    std::vector<token_candidate> reorder_;            // typical: candidates in their new order
+    double mu_ = 0.0;                                 // mirostat's surprise bound
 };
 
 // ---- stop strings for streaming ----

@@ -331,6 +331,31 @@ uint32_t pinfer_n_ctx(const pinfer_context *ctx) { return ctx->c->n_ctx(); }
 int32_t pinfer_n_past(const pinfer_context *ctx) { return (int32_t)ctx->c->n_past(); }
 void pinfer_kv_truncate(pinfer_context *ctx, int32_t n_keep) { ctx->c->truncate(n_keep < 0 ? 0 : (uint32_t)n_keep); }
 
+int64_t pinfer_state_size(const pinfer_context *ctx, int32_t n_past) {
+    return guarded<>((int64_t)-1, [&] {
+        if (!ctx) throw std::invalid_argument("no context");
+        if (n_past < 0 || (uint32_t)n_past > ctx->c->n_ctx()) throw std::invalid_argument("n_past out of range");
+        return (int64_t)ctx->c->state_size((uint32_t)n_past);
+    });
+}
+
+int32_t pinfer_state_get(const pinfer_context *ctx, uint8_t *dst, size_t size) {
+    return guarded<>(-1, [&] {
+        if (!ctx || (!dst && size)) throw std::invalid_argument("no context or buffer");
+        ctx->c->state_get(dst, size);
+        return 0;
+    });
+}
+
+int32_t pinfer_state_set(pinfer_context *ctx, const uint8_t *src, size_t size, int32_t n_past, const float *last_logits) {
+    return guarded<>(-1, [&] {
+        if (!ctx || !src || !last_logits) throw std::invalid_argument("no context, state or logits");
+        if (n_past <= 0) throw std::invalid_argument("state_set: n_past must be > 0");
+        ctx->c->state_set(src, size, (uint32_t)n_past, last_logits);
+        return 0;
+    });
+}
+
 const char *pinfer_context_device(const pinfer_context *ctx) { return ctx ? ctx->c->device_name() : ""; }
 const char *pinfer_context_notice(const pinfer_context *ctx) { return ctx ? ctx->c->notice().c_str() : ""; }
 
@@ -520,6 +545,10 @@ pinfer_sampler_params pinfer_sampler_default_params(void) {
     p.frequency_penalty = d.frequency_penalty;
     p.presence_penalty = d.presence_penalty;
     p.seed = d.seed;
+    p.typical_p = d.typical_p;
+    p.mirostat = d.mirostat;
+    p.mirostat_tau = d.mirostat_tau;
+    p.mirostat_eta = d.mirostat_eta;
     return p;
 }
 
@@ -535,6 +564,10 @@ pinfer_sampler *pinfer_sampler_new(const pinfer_model *model, pinfer_sampler_par
         p.frequency_penalty = params.frequency_penalty;
         p.presence_penalty = params.presence_penalty;
         p.seed = params.seed;
+        p.typical_p = params.typical_p;
+        p.mirostat = params.mirostat;
+        p.mirostat_tau = params.mirostat_tau;
+        p.mirostat_eta = params.mirostat_eta;
         auto *ps = new pinfer_sampler();
         ps->s = std::make_unique<pinfer::sampler>(p);
         return ps;

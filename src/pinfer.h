@@ -167,6 +167,16 @@ int32_t pinfer_n_past(const struct pinfer_context *ctx);  // tokens in the KV ca
 // Forget cached tokens at positions >= n_keep.
 void pinfer_kv_truncate(struct pinfer_context *ctx, int32_t n_keep);
 
+// KV snapshots (prompt caches): the cached keys and values of positions [0, n_past).
+// Bytes of a snapshot of n_past positions (-1 on error).
+int64_t pinfer_state_size(const struct pinfer_context *ctx, int32_t n_past);
+// Copies the snapshot of the current pinfer_n_past positions into dst (size bytes): 0, or -1.
+int32_t pinfer_state_get(const struct pinfer_context *ctx, uint8_t *dst, size_t size);
+// Restores a snapshot of n_past positions and the last token's logits (n_vocab floats),
+// as if those tokens had just been evaluated: 0, or -1 (pinfer_last_error names the mismatch).
+int32_t pinfer_state_set(struct pinfer_context *ctx, const uint8_t *src, size_t size, int32_t n_past,
+                         const float *last_logits);
+
 // ---- the device plan and its traffic ----
 const char *pinfer_context_device(const struct pinfer_context *ctx);  // "CPU", "sim"
 // What the plan could not do as asked ("-ngl without a device", "the budget
@@ -269,6 +279,10 @@ struct pinfer_sampler_params {
     float frequency_penalty;
     float presence_penalty;
     uint32_t seed;          // UINT32_MAX: random
+    float typical_p;        // >= 1: off
+    int32_t mirostat;       // 0: off, 1 or 2 (then top_k, typical_p, top_p, min_p are unused)
+    float mirostat_tau;     // target surprise in bits
+    float mirostat_eta;     // learning rate
 };
 struct pinfer_sampler_params pinfer_sampler_default_params(void);
 struct pinfer_sampler *pinfer_sampler_new(const struct pinfer_model *model, struct pinfer_sampler_params params);

@@ -118,7 +118,7 @@ def test_help():
     (["-s", "4294967296"], "out of range"),
     (["-t", "1.5"], "invalid integer for -t"),
     (["stray"], "unexpected argument"),
-    (["-sys", "x"], "needs -cnv"),
+    (["-sys", "x", "-no-cnv"], "needs -cnv"),
     (["-p", "a", "-f", "b"], "either -p or -f"),
     (["-ctk", "q4_0"], "cache type"),
     (["--precision", "ultra"], "invalid precision 'ultra'"),
@@ -239,7 +239,7 @@ def test_until_context_full(model):
     prompt = "hello"
     toks, gen, ref = greedy_reference(model, prompt, 10 ** 6, n_ctx=24)
     assert len(toks) + len(gen) == 24 + 1  # the last token fills no cache slot
-    r = run("-m", model, "-p", prompt, "-n", -1, "-c", 24, "--temp", 0, "--no-display-prompt")
+    r = run("-m", model, "-p", prompt, "-n", -2, "-c", 24, "--temp", 0, "--no-display-prompt")
     assert r.returncode == 0, r.stderr
     assert r.stdout == ref + b"\n"
 

@@ -99,15 +99,19 @@ def test_perplexity_subcommand(model, tmp_path, capsys):
                      "--threads", "2", "--batch", "16"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert [l.split("]")[0] for l in out[:3]] == ["[1/3", "[2/3", "[3/3"]
-    m = re.match(r"final: ppl = ([\d.]+) \+/- ([\d.]+) over (\d+) tokens", out[-1])
+    m = re.match(r"final: ppl = ([\d.]+) \+/- ([\d.]+) over (\d+) tokens", out[-2])
     assert m, out
-    ppl, err, n = perplexity(model, TEXT, n_ctx=48, max_windows=3)
-    assert float(m.group(1)) == pytest.approx(ppl, rel=1e-4) and int(m.group(3)) == n == 3 * 47
+    ppl, err, n = perplexity(model, TEXT, n_ctx=48, max_windows=3)  # llama-perplexity's method
+    assert float(m.group(1)) == pytest.approx(ppl, rel=1e-4) and int(m.group(3)) == n == 3 * (47 - 24)
     assert float(m.group(2)) == pytest.approx(err, rel=1e-3)
+    assert out[-1] == f"Final estimate: PPL = {ppl:.4f} +/- {err:.5f}"
+    assert cli.main(["perplexity", "-m", model, "-f", str(f), "--ctx", "48", "--max-windows", "3",
+                     "--all-tokens"]) == 0
+    assert capsys.readouterr().out.splitlines()[-2].endswith(f"over {3 * 47} tokens")
     # strided
     assert cli.main(["perplexity", "-m", model, "-f", str(f), "--ctx", "48", "--stride", "16",
                      "--max-windows", "2"]) == 0
-    last = capsys.readouterr().out.splitlines()[-1]
+    last = capsys.readouterr().out.splitlines()[-2]
     assert last.endswith(f"over {47 + 16} tokens")
 
 
@@ -178,6 +182,6 @@ def test_perplexity_defaults_to_austen(model, capsys):
     from pinfer.datasets import austen
 
     assert cli.main(["perplexity", "-m", model, "--ctx", "32", "--max-windows", "2"]) == 0
-    last = capsys.readouterr().out.splitlines()[-1]
+    last = capsys.readouterr().out.splitlines()[-2]
     ppl, _, n = perplexity(model, austen()[:5000], n_ctx=32, max_windows=2)
     assert last.startswith(f"final: ppl = {ppl:.4f} ") and last.endswith(f"over {n} tokens")

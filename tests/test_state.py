@@ -77,7 +77,7 @@ def test_seed_sample_and_nl(model):
         lg = a.logits.astype(np.float64)
         lg[banned] = -np.inf
         assert a.sample(temp=0, logits_processor=ban) == int(np.argmax(lg))
-        with pytest.raises(NotImplementedError, match="mirostat_mode"):
-            a.sample(mirostat_mode=2)
+        with pytest.raises(NotImplementedError, match="tfs_z"):
+            a.sample(tfs_z=0.5)
         nl = a.token_nl()
         assert a.model.token_to_piece(nl, False) == b"\n"

@@ -7,6 +7,7 @@
 // summary go to stderr. Only the public C API (pinfer.h) is used.
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -22,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli-python.h"
 #include "pinfer.h"
 
 #ifndef PINFER_CLI_VERSION
@@ -81,6 +83,16 @@ struct cli_params {
     bool log_disable = false;         // --log-disable: no notices or timings on stderr
     std::vector<std::string> reverse_prompts;  // -r: generation stops once the text ends with one
     std::vector<std::string> no_effect;        // flags accepted for llama-cli's sake (-fa, --mlock, --no-mmap)
+    bool conversation_given = false;  // -cnv or -no-cnv: otherwise a chat template and no -p/-f mean -cnv
+    bool color = false;               // --color: the prompt and user input in colour
+    bool interactive = false;         // -i: after the reply (or a reverse prompt) read more input
+    bool interactive_first = false;   // --interactive-first: read input before generating
+    std::string in_prefix, in_suffix; // text around each interactive input
+    std::string prompt_cache;         // --prompt-cache FILE: the prompt's KV state
+    std::string grammar;              // --grammar / --grammar-file / -j
+    std::string grammar_kind;         // "gbnf" or "json_schema"
+    int32_t n_keep = 0;               // --keep: tokens kept by a context shift (-1: the whole prompt)
+    std::string chat_template;        // --chat-template: a family name or Jinja text ("" = the model's)
     pinfer_sampler_params sampling = pinfer_sampler_default_params();
 };
 
@@ -103,7 +115,8 @@ void print_usage(FILE *out, const char *argv0) {
             "  -f,   --file FNAME          read the prompt from a file\n"
             "  -e,   --escape              process escapes (\\n, \\t, \\\\, \\\", \\xNN ...) in the prompt\n"
             "        --no-display-prompt   don't echo the prompt before the generated text\n"
-            "  -n,   --n-predict N         tokens to generate (default: -1 = until end of text or context full)\n"
+            "  -n,   --n-predict N         tokens to generate (default: -1 = until end of text, shifting the\n"
+            "                              context when it fills; -2 = until end of text or a full context)\n"
             "  -c,   --ctx-size N          context size (default: 0 = the model's, at most 4096)\n"
             "  -b,   --batch-size N        max tokens per evaluation batch (default: 512)\n"
             "  -t,   --threads N           threads (default: number of cores)\n"
@@ -116,6 +129,10 @@ void print_usage(FILE *out, const char *argv0) {
             "        --repeat-last-n N     tokens considered for penalties, -1 = context size (default: %d)\n"
             "        --presence-penalty X  presence penalty, 0.0 = off (default: %.2f)\n"
             "        --frequency-penalty X frequency penalty, 0.0 = off (default: %.2f)\n"
+            "        --typical X           locally typical sampling, 1.0 = off (default: %.2f)\n"
+            "        --mirostat N          mirostat 1 or 2, 0 = off (default: %d); replaces top-k/p, min-p, typical\n"
+            "        --mirostat-lr X       mirostat learning rate eta (default: %.2f)\n"
+            "        --mirostat-ent X      mirostat target entropy tau (default: %.2f)\n"
             "  -cnv, --conversation        chat: read user turns from stdin, apply the model's chat\n"
             "                              template; '/exit' or end of input ends (-p is the first turn)\n"
             "  -sys, --system-prompt TEXT  system message for --conversation\n"
@@ -141,11 +158,28 @@ void print_usage(FILE *out, const char *argv0) {
             "  -r,   --reverse-prompt TEXT stop once the generated text ends with TEXT (repeatable; in -cnv\n"
             "                              it ends the reply)\n"
             "        --log-disable         print no notices or timings to stderr\n"
+            "        --color               show the prompt and user input in colour\n"
+            "  -i,   --interactive         after each reply (or -r text) read more input from stdin\n"
+            "        --interactive-first   like -i, but read input before generating\n"
+            "        --in-prefix TEXT      text before each interactive input\n"
+            "        --in-suffix TEXT      text after each interactive input\n"
+            "        --prompt-cache FILE   save the prompt's KV state to FILE, restore it when a prompt starts\n"
+            "                              with the same tokens\n"
+            "        --grammar GBNF        constrain the output with a grammar (llguidance, as pinfer.Llama)\n"
+            "        --grammar-file FILE   the same, read from a file\n"
+            "  -j,   --json-schema SCHEMA  constrain the output to JSON valid under SCHEMA\n"
+            "        --keep N              when the context fills, keep the first N tokens (-1: the prompt),\n"
+            "                              drop half of the rest and go on (default: 0, BOS kept)\n"
+            "        --chat-template T     a chat family name (chatml, llama2, llama3, mistral, gemma, ...) or\n"
+            "                              Jinja text instead of the model's template\n"
+            "        --jinja               accepted: templates are always rendered with Jinja (as pinfer.Llama)\n"
+            "  Conversation (-cnv) is the default when the model has a chat template and no -p/-f is given.\n"
+            "  In -cnv and -i, Ctrl-C stops a reply and returns to the prompt; Ctrl-C there exits.\n"
             "        --version             print the version and exit\n"
             "  -fa,  --flash-attn [on|off|auto], --mlock, --no-mmap: accepted, no effect (one attention\n"
             "                              kernel; weights are always memory-mapped, never locked)\n",
             argv0, d.temperature, d.top_k, d.top_p, d.min_p, d.repeat_penalty, d.repeat_last_n,
-            d.presence_penalty, d.frequency_penalty);
+            d.presence_penalty, d.frequency_penalty, d.typical_p, d.mirostat, d.mirostat_eta, d.mirostat_tau);
 }
 
 // ---- strict number parsing: the whole argument must be a number in range ----
@@ -241,7 +275,7 @@ cli_params parse_args(int argc, char **argv) {
             p.prompt_file = value();
             if (p.have_prompt) throw usage_error{"give either -p or -f, not both"};
         } else if (a == "-n" || a == "--n-predict") {
-            p.n_predict = (int32_t)parse_int(a, value(), -1, INT32_MAX);
+            p.n_predict = (int32_t)parse_int(a, value(), -2, INT32_MAX);
         } else if (a == "-c" || a == "--ctx-size") {
             p.n_ctx = (int32_t)parse_int(a, value(), 0, 1 << 24);
         } else if (a == "-t" || a == "--threads") {
@@ -266,12 +300,21 @@ cli_params parse_args(int argc, char **argv) {
             p.sampling.presence_penalty = parse_float(a, value(), -1e9f, 1e9f);
         } else if (a == "--frequency-penalty") {
             p.sampling.frequency_penalty = parse_float(a, value(), -1e9f, 1e9f);
+        } else if (a == "--typical") {
+            p.sampling.typical_p = parse_float(a, value(), 0.0f, 1e9f);
+        } else if (a == "--mirostat") {
+            p.sampling.mirostat = (int32_t)parse_int(a, value(), 0, 2);
+        } else if (a == "--mirostat-lr") {
+            p.sampling.mirostat_eta = parse_float(a, value(), -1e9f, 1e9f);
+        } else if (a == "--mirostat-ent") {
+            p.sampling.mirostat_tau = parse_float(a, value(), -1e9f, 1e9f);
         } else if (a == "-e" || a == "--escape") {
             p.escape = true;
         } else if (a == "--no-display-prompt") {
             p.display_prompt = false;
         } else if (a == "-cnv" || a == "--conversation") {
             p.conversation = true;
+            p.conversation_given = true;
         } else if (a == "-sys" || a == "--system-prompt") {
             p.system_prompt = value();
             p.have_system = true;
@@ -323,6 +366,38 @@ cli_params parse_args(int argc, char **argv) {
             p.verbose = true;
         } else if (a == "-no-cnv" || a == "--no-conversation") {
             p.conversation = false;
+            p.conversation_given = true;
+        } else if (a == "--color") {
+            p.color = true;
+        } else if (a == "-i" || a == "--interactive") {
+            p.interactive = true;
+        } else if (a == "--interactive-first") {
+            p.interactive = p.interactive_first = true;
+        } else if (a == "--in-prefix") {
+            p.in_prefix = value();
+        } else if (a == "--in-suffix") {
+            p.in_suffix = value();
+        } else if (a == "--prompt-cache") {
+            p.prompt_cache = value();
+            if (p.prompt_cache.empty()) throw usage_error{"--prompt-cache needs a file name"};
+        } else if (a == "--grammar" || a == "--grammar-file" || a == "-j" || a == "--json-schema") {
+            if (!p.grammar_kind.empty()) throw usage_error{"give one of --grammar, --grammar-file, -j/--json-schema"};
+            p.grammar = value();
+            p.grammar_kind = (a == "-j" || a == "--json-schema") ? "json_schema" : "gbnf";
+            if (a == "--grammar-file") {
+                std::ifstream f(p.grammar, std::ios::binary);
+                if (!f) throw usage_error{"cannot read grammar file '" + p.grammar + "': " + strerror(errno)};
+                std::stringstream ss;
+                ss << f.rdbuf();
+                p.grammar = ss.str();
+            }
+        } else if (a == "--keep") {
+            p.n_keep = (int32_t)parse_int(a, value(), -1, INT32_MAX);
+        } else if (a == "--chat-template") {
+            p.chat_template = value();
+            if (p.chat_template.empty()) throw usage_error{"--chat-template needs a name or a template"};
+        } else if (a == "--jinja") {
+            // rendering is always Jinja already (pinfer.cli_helper, the code pinfer.Llama uses)
         } else if (a == "--ignore-eos") {
             p.ignore_eos = true;
         } else if (a == "-r" || a == "--reverse-prompt") {
@@ -346,7 +421,9 @@ cli_params parse_args(int argc, char **argv) {
             throw usage_error{"unknown option: " + a};
         }
     }
-    if (p.have_system && !p.conversation) throw usage_error{"-sys/--system-prompt needs -cnv/--conversation"};
+    if (p.have_system && p.conversation_given && !p.conversation)
+        throw usage_error{"-sys/--system-prompt needs -cnv/--conversation"};
+    if (p.interactive && p.conversation) throw usage_error{"give either -i/--interactive-first or -cnv, not both"};
     p.sampling.seed = p.seed < 0 ? UINT32_MAX : (uint32_t)p.seed;
     return p;
 }
@@ -461,7 +538,15 @@ struct session {
     pinfer_sampler *smpl = nullptr;
     bool ignore_eos = false;
     std::vector<std::string> reverse_prompts;
-    std::vector<float> masked;  // the logits with end tokens at -inf (--ignore-eos)
+    std::vector<float> masked;  // the logits with end tokens (--ignore-eos) or grammar-forbidden ones at -inf
+    std::vector<pinfer_token> tokens;  // what the KV cache holds, for a context shift
+    int32_t n_keep = 0;                // tokens a context shift keeps
+    int32_t n_batch = 512;
+    bool shifted = false;              // a context shift happened (said once)
+    bool log = true;                   // notices on stderr (not --log-disable)
+    python_helper py;                  // chat templates and grammars (pinfer.cli_helper)
+    bool grammar = false;              // a grammar constrains generation
+    bool grammar_done = false;         // it is complete
     ~session() {
         if (smpl) pinfer_sampler_free(smpl);
         if (ctx) pinfer_context_free(ctx);
@@ -481,15 +566,73 @@ void eval_tokens(session &s, const std::vector<pinfer_token> &toks) {
     }
     if (pinfer_decode(s.ctx, toks.data(), (int32_t)toks.size(), false) < 0)
         throw run_error{api_error("evaluation failed")};
+    s.tokens.insert(s.tokens.end(), toks.begin(), toks.end());
 }
 
-enum class stop_reason { eog, n_predict, ctx_full, reverse_prompt };
+// Ctrl-C in conversation and interactive modes: the first stops the reply, the next one
+// (at the prompt, or before the reply noticed) exits.
+volatile sig_atomic_t g_interrupts = 0;
+
+void on_sigint(int) {
+    if (g_interrupts > 0) {
+        const char nl = '\n';
+        ssize_t w = write(2, &nl, 1);
+        (void)w;
+        _exit(130);
+    }
+    g_interrupts = 1;
+}
+
+void catch_sigint() {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0;  // no SA_RESTART: a read at the prompt returns, and the CLI exits
+    sigaction(SIGINT, &sa, nullptr);
+}
+
+// The context is full: keep the first n_keep tokens, drop half of the rest, and evaluate
+// the kept tail again at its new positions (recomputed, so the cache stays exact).
+// False if nothing can be dropped.
+bool context_shift(session &s) {
+    const int32_t n_past = (int32_t)s.tokens.size();
+    const int32_t keep = std::min(s.n_keep, n_past - 1);
+    const int32_t n_discard = (n_past - keep) / 2;
+    if (n_discard <= 0) return false;
+    if (!s.shifted && s.log)
+        fprintf(stderr, "\npinfer: the context is full (%d tokens): keeping the first %d, dropping the next %d and "
+                        "going on (--keep)\n", n_past, keep, n_discard);
+    s.shifted = true;
+    std::vector<pinfer_token> tail(s.tokens.begin() + keep + n_discard, s.tokens.end());
+    s.tokens.resize((size_t)keep);
+    pinfer_kv_truncate(s.ctx, keep);
+    if (!tail.empty()) eval_tokens(s, tail);
+    return true;
+}
+
+// --grammar / -j: the grammar's mask on the logits, from pinfer.cli_helper.
+void grammar_mask(session &s, std::vector<float> &logits) {
+    std::vector<std::string> r;
+    if (!s.py.call({"mask"}, r) || r.empty()) throw run_error{"grammar: " + s.py.why()};
+    const std::string &bits = r[0];
+    for (size_t t = 0; t < logits.size(); t++)
+        if (t / 8 >= bits.size() || !((unsigned char)bits[t / 8] >> (t % 8) & 1)) logits[t] = -INFINITY;
+}
+
+void grammar_accept(session &s, pinfer_token tok) {
+    std::vector<std::string> r;
+    if (!s.py.call({"accept", std::to_string(tok)}, r) || r.empty()) throw run_error{"grammar: " + s.py.why()};
+    s.grammar_done = r[0] == "1";
+}
+
+enum class stop_reason { eog, n_predict, ctx_full, reverse_prompt, interrupted, grammar };
 
 // Samples and prints tokens until end of generation, n_predict or a full
 // context. The final token (EOG) is decoded too when keep_eog is set and there
 // is room, so a chat's KV cache holds the turn exactly as the template ends it.
 stop_reason generate(session &s, int32_t n_predict, bool keep_eog, std::string *out_text, std::string *eog_text,
-                     int32_t *n_generated) {
+                     int32_t *n_generated, bool decode_last = false) {
     const int32_t n_vocab = pinfer_model_n_vocab(s.model);
     const int32_t n_ctx = (int32_t)pinfer_n_ctx(s.ctx);
     utf8_printer printer;
@@ -497,12 +640,18 @@ stop_reason generate(session &s, int32_t n_predict, bool keep_eog, std::string *
     stop_reason why = stop_reason::n_predict;
     std::string tail;  // generated text, for -r
     while (n_predict < 0 || *n_generated < n_predict) {
+        if (g_interrupts) {
+            why = stop_reason::interrupted;
+            break;
+        }
         const float *logits = pinfer_get_logits(s.ctx, -1);
         if (!logits) throw run_error{api_error("no logits after evaluation")};
-        if (s.ignore_eos) {
+        if (s.ignore_eos || s.grammar) {
             s.masked.assign(logits, logits + n_vocab);
-            for (int32_t t = 0; t < n_vocab; t++)
-                if (pinfer_token_is_eog(s.model, t)) s.masked[t] = -INFINITY;
+            if (s.ignore_eos)
+                for (int32_t t = 0; t < n_vocab; t++)
+                    if (pinfer_token_is_eog(s.model, t)) s.masked[t] = -INFINITY;
+            if (s.grammar) grammar_mask(s, s.masked);
             logits = s.masked.data();
         }
         pinfer_token tok = pinfer_sampler_sample(s.smpl, logits, n_vocab);
@@ -511,33 +660,49 @@ stop_reason generate(session &s, int32_t n_predict, bool keep_eog, std::string *
         if (pinfer_token_is_eog(s.model, tok)) {
             if (keep_eog && pinfer_n_past(s.ctx) < n_ctx) {
                 if (pinfer_decode(s.ctx, &tok, 1, false) < 0) throw run_error{api_error("evaluation failed")};
+                s.tokens.push_back(tok);
                 if (eog_text) *eog_text = token_piece(s.model, tok, true);
             }
             why = stop_reason::eog;
             break;
         }
+        if (s.grammar) grammar_accept(s, tok);
         std::string piece = token_piece(s.model, tok, false);
         printer.write(piece);
         if (out_text) *out_text += piece;
         ++*n_generated;
+        // A chat or interactive session goes on from this token: the cache must hold it.
+        auto keep_last = [&] {
+            if ((keep_eog || decode_last) && pinfer_n_past(s.ctx) < n_ctx) {
+                if (pinfer_decode(s.ctx, &tok, 1, false) < 0) throw run_error{api_error("evaluation failed")};
+                s.tokens.push_back(tok);
+            }
+        };
         if (!s.reverse_prompts.empty()) {
             tail += piece;
             bool hit = false;
             for (const std::string &r : s.reverse_prompts)
                 hit = hit || (tail.size() >= r.size() && tail.compare(tail.size() - r.size(), r.size(), r) == 0);
             if (hit) {
+                keep_last();
                 why = stop_reason::reverse_prompt;
                 break;
             }
         }
-        if (pinfer_n_past(s.ctx) >= n_ctx) {
+        if (s.grammar && s.grammar_done) {
+            keep_last();
+            why = stop_reason::grammar;
+            break;
+        }
+        if (pinfer_n_past(s.ctx) >= n_ctx && (n_predict == -2 || !context_shift(s))) {
             why = stop_reason::ctx_full;
             break;
         }
-        // The last token needs no evaluation, except in a chat, whose cache must
-        // hold the whole reply for the next turn.
-        if (!keep_eog && n_predict >= 0 && *n_generated >= n_predict) break;
+        // The last token needs no evaluation, except in a chat or interactive session,
+        // whose cache must hold the whole reply for the next turn.
+        if (!keep_eog && !decode_last && n_predict >= 0 && *n_generated >= n_predict) break;
         if (pinfer_decode(s.ctx, &tok, 1, false) < 0) throw run_error{api_error("evaluation failed")};
+        s.tokens.push_back(tok);
     }
     printer.flush();
     return why;
@@ -648,23 +813,90 @@ void print_sparse_stats(const session &s) {
                 st.max_logit_diff, st.max_logit_abs, (long long)st.n_argmax_agree, (long long)st.n_verified);
 }
 
-// Formats the chat with the model's template.
-std::string apply_template(const session &s, const std::vector<std::pair<std::string, std::string>> &history,
-                           bool add_generation_prompt) {
+// The chat formatted by a template family (a name, or nullptr: the model template's family).
+std::string format_by_family(const session &s, const char *tmpl,
+                             const std::vector<std::pair<std::string, std::string>> &history, bool add_generation_prompt,
+                             const std::string &what) {
     std::vector<pinfer_chat_message> msgs;
     for (auto &m : history) msgs.push_back({m.first.c_str(), m.second.c_str()});
     std::string buf(1024, '\0');
-    int32_t n = pinfer_chat_apply_template(s.model, nullptr, msgs.data(), msgs.size(), add_generation_prompt, &buf[0],
+    int32_t n = pinfer_chat_apply_template(s.model, tmpl, msgs.data(), msgs.size(), add_generation_prompt, &buf[0],
                                            (int32_t)buf.size());
-    if (n == INT32_MIN) throw run_error{api_error("cannot apply the chat template")};
-    if (n < 0) {
+    if (n < 0 && n != INT32_MIN) {
         buf.assign((size_t)-n, '\0');
-        n = pinfer_chat_apply_template(s.model, nullptr, msgs.data(), msgs.size(), add_generation_prompt, &buf[0],
+        n = pinfer_chat_apply_template(s.model, tmpl, msgs.data(), msgs.size(), add_generation_prompt, &buf[0],
                                        (int32_t)buf.size());
-        if (n < 0) throw run_error{api_error("cannot apply the chat template")};
     }
+    if (n < 0) throw run_error{api_error(what)};
     buf.resize((size_t)n);
     return buf;
+}
+
+// Formats the chat: a family name given with --chat-template is formatted here (as
+// pinfer.Llama's chat_format=); a Jinja template (the model's, or one given) is rendered by
+// pinfer.cli_helper, the code pinfer.Llama renders with.
+std::string apply_template(session &s, const cli_params &p,
+                           const std::vector<std::pair<std::string, std::string>> &history, bool add_generation_prompt) {
+    const bool jinja_given = p.chat_template.find("{%") != std::string::npos || p.chat_template.find("{{") != std::string::npos;
+    if (!p.chat_template.empty() && !jinja_given)
+        return format_by_family(s, p.chat_template.c_str(), history, add_generation_prompt,
+                                "cannot apply the chat template '" + p.chat_template + "'");
+    const char *model_tmpl = pinfer_model_meta_str(s.model, "tokenizer.chat_template");
+    const std::string tmpl = jinja_given ? p.chat_template : (model_tmpl ? model_tmpl : "");
+    if (tmpl.empty())
+        throw run_error{"the model has no chat template (tokenizer.chat_template): give --chat-template NAME|JINJA, "
+                        "or -no-cnv"};
+    auto special = [&](pinfer_token t) { return t >= 0 ? token_piece(s.model, t, true) : std::string(); };
+    std::vector<std::string> req = {"render", tmpl, special(pinfer_token_bos(s.model)), special(pinfer_token_eos(s.model)),
+                                    add_generation_prompt ? "1" : "0"};
+    for (auto &m : history) {
+        req.push_back(m.first);
+        req.push_back(m.second);
+    }
+    std::vector<std::string> r;
+    if (s.py.call(req, r) && !r.empty()) return r[0];
+    if (!s.py.unavailable() || jinja_given) throw run_error{"cannot apply the chat template: " + s.py.why()};
+    // No Python to render with: the template's family, formatted here, if it has one.
+    static bool said = false;
+    if (!said && s.log) fprintf(stderr, "pinfer: notice: %s; formatting the chat by the template's family\n", s.py.why().c_str());
+    said = true;
+    return format_by_family(s, nullptr, history, add_generation_prompt,
+                            "cannot apply the chat template (" + s.py.why() + ")");
+}
+
+// Reads one line of user input; false at the end of input or on Ctrl-C (g_interrupts set).
+bool read_line(const cli_params &p, std::string &line) {
+    const bool tty = isatty(fileno(stdin));
+    if (tty) {
+        fputs(p.color ? "\n\033[32m> " : "\n> ", stdout);
+        fflush(stdout);
+    }
+    const bool ok = (bool)std::getline(std::cin, line);
+    if (tty && p.color) {
+        fputs("\033[0m", stdout);
+        fflush(stdout);
+    }
+    if (!ok || g_interrupts) return false;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    return true;
+}
+
+// --grammar / -j: a fresh matcher for the next reply.
+void grammar_start(session &s, const cli_params &p, const std::string &model_path) {
+    if (p.grammar_kind.empty()) return;
+    std::vector<std::string> r;
+    if (!s.py.call({"grammar", model_path, p.grammar_kind, p.grammar}, r)) {
+        if (s.py.unavailable()) throw run_error{"grammars need pinfer's Python helper: " + s.py.why()};
+        throw run_error{(p.grammar_kind == "gbnf" ? "invalid grammar: " : "invalid JSON schema: ") + s.py.why()};
+    }
+    s.grammar = true;
+    s.grammar_done = false;
+}
+
+// After an interrupted reply: back to the prompt.
+void note_interrupt(const session &s) {
+    if (s.log) fprintf(stderr, "\npinfer: reply stopped (Ctrl-C); Ctrl-C again exits\n");
+    g_interrupts = 0;
 }
 
 // Interactive chat. The KV cache always holds the tokens of `fed` (the text
@@ -678,9 +910,9 @@ int run_conversation(session &s, const cli_params &p, const std::string &first_u
     std::string fed;                 // text whose tokens are in the KV cache
     std::string fed_before_reply;    // fed up to the generation prompt of the last turn
     int32_t n_past_before_reply = 0;
-    const bool tty = isatty(fileno(stdin));
     std::string pending_user = first_user;
     bool have_pending = !first_user.empty();
+    catch_sigint();
 
     for (;;) {
         std::string user;
@@ -688,50 +920,180 @@ int run_conversation(session &s, const cli_params &p, const std::string &first_u
             user = pending_user;
             have_pending = false;
         } else {
-            if (tty) {
-                fputs("\n> ", stdout);
-                fflush(stdout);
-            }
-            if (!std::getline(std::cin, user)) break;  // end of input
-            if (!user.empty() && user.back() == '\r') user.pop_back();
+            if (!read_line(p, user)) break;  // end of input, or Ctrl-C at the prompt
             if (user == "/exit") break;
             if (user.empty()) continue;
         }
         if (p.escape) user = process_escapes(user);
         history.emplace_back("user", user);
-        const std::string full = apply_template(s, history, true);
+        const std::string full = apply_template(s, p, history, true);
 
         size_t keep_chars;
         if (full.compare(0, fed.size(), fed) == 0) {
             keep_chars = fed.size();
+        } else if (s.shifted) {
+            // The cache no longer holds `fed` from its start: go on from where it agrees.
+            keep_chars = 0;
+            while (keep_chars < fed.size() && keep_chars < full.size() && fed[keep_chars] == full[keep_chars]) keep_chars++;
         } else if (!fed_before_reply.empty() && full.compare(0, fed_before_reply.size(), fed_before_reply) == 0) {
             pinfer_kv_truncate(s.ctx, n_past_before_reply);
+            s.tokens.resize((size_t)n_past_before_reply);
             keep_chars = fed_before_reply.size();
         } else {
             pinfer_kv_truncate(s.ctx, 0);
+            s.tokens.clear();
             keep_chars = 0;
         }
         const std::string suffix = full.substr(keep_chars);
         if (p.verbose) fprintf(stderr, "[evaluating %zu new characters of the chat]\n", suffix.size());
-        eval_tokens(s, tokenize(s.model, suffix, keep_chars == 0, true));
+        // A template that writes the BOS text itself gets no second BOS (as pinfer.Llama).
+        const pinfer_token bos = pinfer_token_bos(s.model);
+        const std::string bos_text = bos >= 0 ? token_piece(s.model, bos, true) : std::string();
+        const bool add_bos = keep_chars == 0 && !(bos_text.size() && full.compare(0, bos_text.size(), bos_text) == 0);
+        std::vector<pinfer_token> toks = tokenize(s.model, suffix, add_bos, true);
+        while (!toks.empty() && (int64_t)s.tokens.size() + (int64_t)toks.size() > (int64_t)pinfer_n_ctx(s.ctx) &&
+               context_shift(s)) {
+        }
+        eval_tokens(s, toks);
         fed = full;
         fed_before_reply = full;
         n_past_before_reply = pinfer_n_past(s.ctx);
 
         std::string reply, eog_text;  // the reply as generated; the end-of-turn token's text
         int32_t n_gen = 0;
+        grammar_start(s, p, p.model);
         stop_reason why = generate(s, p.n_predict, true, &reply, &eog_text, &n_gen);
         fputs("\n", stdout);
         fflush(stdout);
         fed += reply + eog_text;
         history.emplace_back("assistant", reply);
+        if (why == stop_reason::interrupted) note_interrupt(s);
         if (why == stop_reason::ctx_full) {
             fprintf(stderr, "\npinfer: the context is full (%u tokens); ending the conversation\n",
                     pinfer_n_ctx(s.ctx));
             break;
         }
     }
-    return 0;
+    return g_interrupts ? 130 : 0;
+}
+
+// -i / --interactive-first: plain text, no template. After each reply (end of text, -n
+// tokens or a reverse prompt) a line from stdin, between --in-prefix and --in-suffix,
+// continues the text.
+int run_interactive(session &s, const cli_params &p) {
+    catch_sigint();
+    bool ask = p.interactive_first;
+    for (;;) {
+        if (ask) {
+            std::string line;
+            if (!read_line(p, line)) break;
+            if (p.escape) line = process_escapes(line);
+            const std::string text = p.in_prefix + line + "\n" + p.in_suffix;
+            std::vector<pinfer_token> toks = tokenize(s.model, text, s.tokens.empty(), false);
+            while (!toks.empty() && (int64_t)s.tokens.size() + (int64_t)toks.size() > (int64_t)pinfer_n_ctx(s.ctx) &&
+                   context_shift(s)) {
+            }
+            eval_tokens(s, toks);
+            for (pinfer_token t : toks) pinfer_sampler_accept(s.smpl, t);
+            if (!p.in_suffix.empty()) {
+                fwrite(p.in_suffix.data(), 1, p.in_suffix.size(), stdout);
+                fflush(stdout);
+            }
+        }
+        ask = true;
+        if (s.tokens.empty()) continue;  // nothing to continue from yet
+        int32_t n_gen = 0;
+        grammar_start(s, p, p.model);
+        stop_reason why = generate(s, p.n_predict, true, nullptr, nullptr, &n_gen, true);
+        if (why == stop_reason::interrupted) note_interrupt(s);
+        if (why == stop_reason::ctx_full) {
+            fprintf(stderr, "\npinfer: the context is full (%u tokens)\n", pinfer_n_ctx(s.ctx));
+            break;
+        }
+        if (!p.in_prefix.empty()) {
+            fwrite(p.in_prefix.data(), 1, p.in_prefix.size(), stdout);
+            fflush(stdout);
+        }
+    }
+    fputs("\n", stdout);
+    return g_interrupts ? 130 : 0;
+}
+
+// ---- --prompt-cache FILE: the prompt's tokens, last logits and KV snapshot ----
+
+constexpr char k_cache_magic[8] = {'P', 'I', 'N', 'F', 'P', 'C', '0', '1'};
+
+// Restores the longest cached prefix of toks (at least one token is left to evaluate so
+// that fresh logits exist, unless all of toks were cached); returns the tokens restored.
+size_t prompt_cache_load(session &s, const std::string &path, const std::vector<pinfer_token> &toks) {
+    FILE *f = fopen(path.c_str(), "rb");
+    if (!f) return 0;
+    auto ignore = [&](const char *why) -> size_t {
+        fclose(f);
+        if (s.log) fprintf(stderr, "pinfer: notice: prompt cache '%s' not used: %s\n", path.c_str(), why);
+        return 0;
+    };
+    char magic[8];
+    int32_t n = 0, n_vocab = 0;
+    uint64_t kv_size = 0;
+    if (fread(magic, 1, 8, f) != 8 || memcmp(magic, k_cache_magic, 8) != 0) return ignore("not a pinfer prompt cache");
+    if (fread(&n, sizeof n, 1, f) != 1 || n <= 0 || n > (int32_t)pinfer_n_ctx(s.ctx))
+        return ignore("its token count does not fit this context");
+    std::vector<pinfer_token> cached((size_t)n);
+    if (fread(cached.data(), sizeof(pinfer_token), cached.size(), f) != cached.size()) return ignore("it is truncated");
+    if (fread(&n_vocab, sizeof n_vocab, 1, f) != 1 || n_vocab != pinfer_model_n_vocab(s.model))
+        return ignore("another model's vocabulary");
+    std::vector<float> logits((size_t)n_vocab);
+    if (fread(logits.data(), sizeof(float), logits.size(), f) != logits.size()) return ignore("it is truncated");
+    if (fread(&kv_size, sizeof kv_size, 1, f) != 1 || (int64_t)kv_size != pinfer_state_size(s.ctx, n))
+        return ignore("made with another model or context settings");
+    std::vector<uint8_t> kv((size_t)kv_size);
+    if (fread(kv.data(), 1, kv.size(), f) != kv.size()) return ignore("it is truncated");
+    fclose(f);
+    size_t common = 0;
+    while (common < cached.size() && common < toks.size() && cached[common] == toks[common]) common++;
+    if (common == 0) return 0;
+    if (pinfer_state_set(s.ctx, kv.data(), kv.size(), n, logits.data()) != 0) {
+        if (s.log) fprintf(stderr, "pinfer: notice: prompt cache '%s' not used: %s\n", path.c_str(), pinfer_last_error());
+        return 0;
+    }
+    size_t keep = common;
+    if (!(common == cached.size() && common == toks.size())) keep = std::min(common, toks.size() - 1);
+    pinfer_kv_truncate(s.ctx, (int32_t)keep);
+    s.tokens.assign(toks.begin(), toks.begin() + (std::ptrdiff_t)keep);
+    if (s.log)
+        fprintf(stderr, "pinfer: prompt cache '%s': %zu of %zu prompt tokens restored\n", path.c_str(), keep, toks.size());
+    return keep;
+}
+
+void prompt_cache_save(session &s, const std::string &path) {
+    const int32_t n = (int32_t)s.tokens.size();
+    const int64_t kv_size = pinfer_state_size(s.ctx, n);
+    const float *logits = pinfer_get_logits(s.ctx, -1);
+    if (n <= 0 || kv_size < 0 || !logits) return;
+    std::vector<uint8_t> kv((size_t)kv_size);
+    if (pinfer_state_get(s.ctx, kv.data(), kv.size()) != 0) throw run_error{api_error("cannot save the prompt cache")};
+    const int32_t n_vocab = pinfer_model_n_vocab(s.model);
+    // Written beside the target and renamed into place, so a reader never sees half a file.
+    std::string tmp = path + ".XXXXXX";
+    const int fd = mkstemp(&tmp[0]);
+    if (fd < 0) throw run_error{"cannot write the prompt cache '" + path + "': " + strerror(errno)};
+    const mode_t um = umask(0);
+    umask(um);
+    if (fchmod(fd, 0666 & ~um) != 0) { /* keeps mkstemp's 0600 */ }
+    FILE *f = fdopen(fd, "wb");
+    const uint64_t kv64 = (uint64_t)kv_size;
+    bool ok = f && fwrite(k_cache_magic, 1, 8, f) == 8 && fwrite(&n, sizeof n, 1, f) == 1 &&
+              fwrite(s.tokens.data(), sizeof(pinfer_token), s.tokens.size(), f) == s.tokens.size() &&
+              fwrite(&n_vocab, sizeof n_vocab, 1, f) == 1 &&
+              fwrite(logits, sizeof(float), (size_t)n_vocab, f) == (size_t)n_vocab &&
+              fwrite(&kv64, sizeof kv64, 1, f) == 1 && fwrite(kv.data(), 1, kv.size(), f) == kv.size();
+    ok = (f ? fclose(f) == 0 : (close(fd), false)) && ok;
+    if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
+        const std::string err = strerror(errno);
+        unlink(tmp.c_str());
+        throw run_error{"cannot write the prompt cache '" + path + "': " + err};
+    }
 }
 
 int run(int argc, char **argv) {
@@ -790,6 +1152,15 @@ int run(int argc, char **argv) {
         const double t_load_ms = now_ms() - t0;
         s.ignore_eos = p.ignore_eos;
         s.reverse_prompts = p.reverse_prompts;
+        s.n_batch = p.n_batch;
+        s.log = !p.log_disable;
+        const char *tmpl = pinfer_model_meta_str(s.model, "tokenizer.chat_template");
+        if (!p.conversation_given && !p.have_prompt && p.prompt_file.empty() && !p.interactive &&
+            ((tmpl && *tmpl) || !p.chat_template.empty()))
+            p.conversation = true;  // llama-cli's default: a chat template and no prompt
+        if (p.have_system && !p.conversation) throw run_error{"-sys/--system-prompt needs -cnv/--conversation"};
+        if (p.conversation && !p.prompt_cache.empty())
+            throw run_error{"--prompt-cache works with a prompt (-p/-f), not in conversation mode"};
         if (!p.log_disable)
             for (const std::string &f : p.no_effect)
                 fprintf(stderr, "pinfer: notice: %s has no effect (one attention kernel; weights are memory-mapped, "
@@ -820,6 +1191,8 @@ int run(int argc, char **argv) {
         if (p.verbose && *pinfer_context_plan_text(s.ctx)) fprintf(stderr, "pinfer: device %s\n%s", pinfer_context_device(s.ctx), pinfer_context_plan_text(s.ctx));
 
         if (p.conversation) {
+            if (p.n_keep < 0) p.n_keep = 0;
+            s.n_keep = p.n_keep;
             int rc = run_conversation(s, p, prompt);
             if (!p.log_disable) print_timings(s, t_load_ms);
             if (p.sparse_stats || p.sparse_verify) print_sparse_stats(s);
@@ -827,21 +1200,39 @@ int run(int argc, char **argv) {
         }
 
         std::vector<pinfer_token> toks = tokenize(s.model, prompt, true, true);
-        if (toks.empty()) throw run_error{"the prompt is empty and the model has no BOS token to start from"};
+        if (p.interactive && prompt.empty()) toks.clear();  // the first input starts the text
+        if (toks.empty() && !p.interactive)
+            throw run_error{"the prompt is empty and the model has no BOS token to start from"};
+        // --keep counts the prompt's tokens after BOS, as llama-cli
+        const bool bos_first = !toks.empty() && toks[0] == pinfer_token_bos(s.model);
+        s.n_keep = p.n_keep < 0 || (size_t)p.n_keep + bos_first > toks.size() ? (int32_t)toks.size()
+                                                                            : p.n_keep + (int32_t)bos_first;
         if (p.verbose) fprintf(stderr, "pinfer: prompt: %zu tokens\n", toks.size());
         const int32_t n_ctx = (int32_t)pinfer_n_ctx(s.ctx);
         if ((int32_t)toks.size() > n_ctx)
             throw run_error{"prompt is too long: " + std::to_string(toks.size()) + " tokens, but the context holds " +
                             std::to_string(n_ctx) + " (raise -c/--ctx-size)"};
         if (p.display_prompt) {
+            if (p.color) fputs("\033[33m", stdout);
             fwrite(prompt.data(), 1, prompt.size(), stdout);
+            if (p.color) fputs("\033[0m", stdout);
             fflush(stdout);
         }
-        eval_tokens(s, toks);
+        size_t restored = 0;
+        if (!p.prompt_cache.empty() && !toks.empty()) restored = prompt_cache_load(s, p.prompt_cache, toks);
+        if (restored < toks.size())
+            eval_tokens(s, std::vector<pinfer_token>(toks.begin() + (std::ptrdiff_t)restored, toks.end()));
+        if (!p.prompt_cache.empty() && !toks.empty()) prompt_cache_save(s, p.prompt_cache);
         // Penalties look at the prompt too.
         for (pinfer_token t : toks) pinfer_sampler_accept(s.smpl, t);
 
+        if (p.interactive) {
+            int rc = run_interactive(s, p);
+            if (!p.log_disable) print_timings(s, t_load_ms);
+            return rc;
+        }
         int32_t n_gen = 0;
+        grammar_start(s, p, p.model);
         stop_reason why = generate(s, p.n_predict, false, nullptr, nullptr, &n_gen);
         fputs("\n", stdout);
         fflush(stdout);
@@ -863,4 +1254,7 @@ int run(int argc, char **argv) {
 
 }  // namespace
 
-int main(int argc, char **argv) { return run(argc, argv); }
+int main(int argc, char **argv) {
+    signal(SIGPIPE, SIG_IGN);  // a helper that died is an error message, not a silent exit
+    return run(argc, argv);
+}

@@ -52,7 +52,7 @@ def main(argv=None):
 
     rows = []
     ppl_dense, err_dense, _ = perplexity.perplexity_tokens(model, evals, args.ctx, n_threads=args.threads,
-                                                           max_windows=args.windows)
+                                                           max_windows=args.windows, method="all")
     rows.append(("dense (off)", None, 0.0, ppl_dense, err_dense, 1.0))
     print(f"dense: ppl {ppl_dense:.3f}", flush=True)
     model.close()
@@ -62,7 +62,8 @@ def main(argv=None):
             m = _core.Model(path)
             st = {}
             ppl, err, n = perplexity.perplexity_tokens(m, evals, args.ctx, n_threads=args.threads,
-                                                       max_windows=args.windows, sparse="threshold", stats=st)
+                                                       max_windows=args.windows, sparse="threshold", stats=st,
+                                                       method="all")
             m.close()
             active = float(np.mean([l["active_frac"] for l in st["layers"]]))
             flops = (st["flops_ffn"] + st["flops_predictor"]) / st["flops_dense"]

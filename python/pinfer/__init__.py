@@ -2,9 +2,11 @@
 
 from . import _core
 from .grammar import LlamaGrammar
-from .llama import Llama
+from .llama import Llama, LlamaState
+from .llama_cache import BaseLlamaCache, LlamaCache, LlamaDiskCache, LlamaRAMCache
 from .processors import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 __version__ = "0.1.0"
-__all__ = ["_core", "Llama", "LlamaGrammar", "LogitsProcessor", "LogitsProcessorList", "StoppingCriteria",
+__all__ = ["_core", "Llama", "LlamaState", "LlamaCache", "LlamaRAMCache", "LlamaDiskCache", "BaseLlamaCache",
+           "LlamaGrammar", "LogitsProcessor", "LogitsProcessorList", "StoppingCriteria",
            "StoppingCriteriaList"]

@@ -60,6 +60,17 @@ def _environment():
     return BoundedEnvironment(trim_blocks=True, lstrip_blocks=True)
 
 
+def uses_variable(template: str, name: str) -> bool:
+    """Whether the template reads the variable ``name`` (e.g. ``tools``)."""
+    from jinja2 import meta
+    from jinja2.exceptions import TemplateError
+
+    try:
+        return name in meta.find_undeclared_variables(_environment().parse(template))
+    except TemplateError as e:
+        raise ChatTemplateError(f"chat template error: {e}") from e
+
+
 def render(template: str, globals_: dict, **variables: Any) -> str:
     """Render ``template`` with ``variables``; ``globals_`` are extra functions
     (raise_exception, strftime_now). Raises ChatTemplateError."""
@@ -102,3 +113,31 @@ def render(template: str, globals_: dict, **variables: Any) -> str:
         raise ChatTemplateError(f"chat template error: {type(e).__name__}: {e}") from e
     finally:
         sys.settrace(old)
+
+
+def render_messages(template: str, messages: list, add_generation_prompt: bool, bos_token: str, eos_token: str,
+                    tools: Any = None) -> "tuple[str, list]":
+    """A chat rendered as pinfer.Llama and pinfer-cli render it (one formatter):
+    the Jinja template with raise_exception and strftime_now; ``tools`` go to a
+    template that reads them, else into a system message (pinfer.tool_calls).
+    Returns (prompt, the messages as rendered)."""
+    from jinja2.exceptions import TemplateError
+
+    from .tool_calls import as_plain_history
+
+    def raise_exception(message: str) -> None:
+        raise TemplateError(message)
+
+    def strftime_now(fmt: str) -> str:
+        return time.strftime(fmt)
+
+    extra = {}
+    if uses_variable(template, "tools"):
+        msgs = list(messages)
+        if tools:
+            extra["tools"] = list(tools)
+    else:
+        msgs = as_plain_history(messages, tools)
+    return render(template, {"raise_exception": raise_exception, "strftime_now": strftime_now},
+                  messages=msgs, bos_token=bos_token, eos_token=eos_token,
+                  add_generation_prompt=add_generation_prompt, **extra), msgs

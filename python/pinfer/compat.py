@@ -51,7 +51,6 @@ INIT: Table = {
     "lora_base": (None, WITH, "lora_path"),
     "lora_path": (None, REFUSE, "LoRA adapters are not implemented"),
     "lora_scale": (1.0, WITH, "lora_path"),
-    "chat_handler": (None, REFUSE, "chat handlers (multimodal) are not implemented; use chat_format="),
     "draft_model": (None, REFUSE, "speculative decoding is not implemented"),
     "tokenizer": (None, REFUSE, "the model's own tokenizer is always used"),
     "spm_infill": (False, REFUSE, "fill-in-the-middle is not implemented"),
@@ -59,11 +58,7 @@ INIT: Table = {
 
 #: Sampling parameters shared by create_completion, create_chat_completion and generate.
 SAMPLING: Table = {
-    "typical_p": (1.0, REFUSE, "locally typical sampling is not implemented"),
-    "tfs_z": (1.0, REFUSE, "tail-free sampling is not implemented"),
-    "mirostat_mode": (0, REFUSE, "mirostat is not implemented"),
-    "mirostat_tau": (5.0, WITH, "mirostat_mode"),
-    "mirostat_eta": (0.1, WITH, "mirostat_mode"),
+    "tfs_z": (1.0, REFUSE, "tail-free sampling is not implemented (llama.cpp removed it too)"),
 }
 
 #: create_completion only.
@@ -73,10 +68,8 @@ COMPLETION: Table = {
 
 #: create_chat_completion only.
 CHAT: Table = {
-    "functions": (None, REFUSE, "function calling is not implemented"),
-    "function_call": (None, REFUSE, "function calling is not implemented"),
-    "tools": (None, REFUSE, "tool calling is not implemented"),
-    "tool_choice": (None, REFUSE, "tool calling is not implemented"),
+    "functions": (None, REFUSE, "OpenAI's deprecated functions API: use tools= and tool_choice="),
+    "function_call": (None, REFUSE, "OpenAI's deprecated functions API: use tools= and tool_choice="),
 }
 
 #: generate only.

@@ -166,9 +166,11 @@ class _Hooks:
 
 
 class LlamaState:
-    """What :meth:`Llama.save_state` returns (picklable)."""
+    """What :meth:`Llama.save_state` returns (picklable; :mod:`pinfer.llama_cache`
+    also stores it without pickle). ``kv`` is the snapshot of the cached keys and
+    values; ``history`` how they were computed (batches), for a state without one."""
 
-    def __init__(self, history, input_ids, logits, scores, seed_state, n_ctx, model_path) -> None:
+    def __init__(self, history, input_ids, logits, scores, seed_state, n_ctx, model_path, kv=None) -> None:
         self.history = history
         self.input_ids = np.asarray(input_ids, dtype=np.intc)
         self.n_tokens = len(input_ids)
@@ -177,6 +179,14 @@ class LlamaState:
         self.seed_state = seed_state
         self.n_ctx = n_ctx
         self.model_path = model_path
+        self.kv = kv
+
+    @property
+    def llama_state_size(self) -> int:
+        """Bytes this state holds (what a cache's capacity_bytes counts)."""
+        arrays = [self.input_ids, self.logits, self.scores, getattr(self, "kv", None)]
+        arrays += [t for t, _ in self.history]
+        return int(sum(a.nbytes for a in arrays if a is not None))
 
 
 class Llama:
@@ -214,6 +224,9 @@ class Llama:
         chat_format: a chat format name ("chatml", "llama-2", "llama-3",
             "mistral-instruct", "gemma", "zephyr", "vicuna", "phi-3", ...) used instead
             of the model's own template.
+        chat_handler: a callable that answers create_chat_completion instead
+            (llama-cpp-python's protocol: called with llama=self, messages=, tools=,
+            tool_choice= and the sampling arguments as keywords).
         type_k, type_v: KV cache type as a GGML type id (0: F32, 1: F16; both alike).
 
     Other llama-cpp-python arguments are listed in :mod:`pinfer.compat`: performance
@@ -240,6 +253,7 @@ class Llama:
         vram_budget: Optional[float] = None,
         last_n_tokens_size: int = 64,
         chat_format: Optional[str] = None,
+        chat_handler: Any = None,
         type_k: Optional[int] = None,
         type_v: Optional[int] = None,
         **kwargs: Any,
@@ -251,9 +265,13 @@ class Llama:
         self._exact: Any = None  # ExactTokenizer, built on first use
         self._metadata: Optional[Dict[str, str]] = None
         self._stream_owner = 0  # the completion that may use the cache (see _completion_stream)
+        self.cache: Any = None  # a prompt cache (set_cache)
         compat.check("Llama", kwargs, compat.INIT)
         self._last_n = A.as_int("last_n_tokens_size", last_n_tokens_size, 0)
         self._chat_format = _chat_family(chat_format)
+        if chat_handler is not None and not callable(chat_handler):
+            raise TypeError(f"chat_handler must be callable, got {type(chat_handler).__name__}")
+        self.chat_handler = chat_handler
         kv_type = _kv_type(type_k, type_v)
         if model_path is None:
             model_path = default_model_path()
@@ -330,7 +348,9 @@ class Llama:
 
     def sample(self, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, temp: float = 0.80,
                repeat_penalty: float = 1.0, frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
-               logits_processor: Any = None, seed: Optional[int] = None, **kwargs: Any) -> int:
+               logits_processor: Any = None, seed: Optional[int] = None, *, typical_p: float = 1.0,
+               mirostat_mode: int = 0, mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
+               **kwargs: Any) -> int:
         """One token from the last evaluated logits, the cached tokens as the penalties'
         history (llama-cpp-python's sample()); the token is not evaluated."""
         if kwargs.get("grammar") is not None:
@@ -343,7 +363,8 @@ class Llama:
         if not self._input_ids:
             raise ValueError("sample(): nothing evaluated yet: call eval() first")
         sampler = self._make_sampler(temp, top_k, top_p, min_p, repeat_penalty, None, frequency_penalty,
-                                     presence_penalty, seed)
+                                     presence_penalty, seed, typical_p=typical_p, mirostat_mode=mirostat_mode,
+                                     mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta)
         for t in self._input_ids:
             sampler.accept(t)
         return self._pick(sampler, self._hooks(logits_processor))
@@ -355,30 +376,60 @@ class Llama:
         logits and the seed stream. :meth:`load_state` restores it bit-exactly."""
         logits = self.ctx.logits(-1).copy() if self._input_ids else None
         scores = self.scores.copy() if (self._input_ids and self._logits_all) else None
+        kv = self.ctx.kv_state() if self._input_ids else None
         return LlamaState([(t.copy(), k) for t, k in self._history], list(self._input_ids), logits, scores,
-                          self._seed_rng.getstate(), self.n_ctx(), self.model_path)
+                          self._seed_rng.getstate(), self.n_ctx(), self.model_path, kv)
 
     def load_state(self, state: "LlamaState") -> None:
-        """Restore a :meth:`save_state` of this or another Llama of the same model:
-        the same batches are evaluated again, so keys, values and logits are the same
-        bits (checked; a mismatch raises RuntimeError)."""
+        """Restore a :meth:`save_state` of this or another Llama of the same model and
+        context settings: the keys and values are copied back (a state without them
+        evaluates the same batches again), so the logits and every continuation are the
+        same bits; the seed stream is restored too."""
+        self._restore_context(state)
+        self._seed_rng.setstate(state.seed_state)
+
+    def _restore_context(self, state: "LlamaState") -> None:
         if not isinstance(state, LlamaState):
             raise TypeError(f"load_state() needs a LlamaState, got {type(state).__name__}")
         if len(state.input_ids) > self.n_ctx():
             raise ValueError(f"the state holds {len(state.input_ids)} tokens, more than n_ctx = {self.n_ctx()}")
         self._truncate(0)
-        n = 0
-        for toks, kept in state.history:
-            self.ctx.decode(toks, self._logits_all)
-            n += kept
-            self.ctx.kv_truncate(n)
-        self._input_ids = list(state.input_ids)
+        kv = getattr(state, "kv", None)
+        if kv is not None and state.logits is not None and state.scores is None:
+            self.ctx.set_kv_state(np.ascontiguousarray(kv, dtype=np.uint8), len(state.input_ids),
+                                  np.ascontiguousarray(state.logits, dtype=np.float32))
+        else:
+            n = 0
+            for toks, kept in state.history:
+                self.ctx.decode(toks, self._logits_all)
+                n += kept
+                self.ctx.kv_truncate(n)
+        self._input_ids = [int(t) for t in state.input_ids]
         self._history = [(t.copy(), k) for t, k in state.history]
-        self._seed_rng.setstate(state.seed_state)
         if state.logits is not None and not np.array_equal(self.ctx.logits(-1), state.logits):
             self.reset()
             raise RuntimeError("load_state(): the restored logits differ from the saved ones "
                                "(a different model or context settings?)")
+
+    @staticmethod
+    def longest_token_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+        """Length of the common prefix of two token sequences."""
+        n = 0
+        for x, y in zip(a, b):
+            if x != y:
+                break
+            n += 1
+        return n
+
+    def set_cache(self, cache: Any) -> None:
+        """Use a prompt cache (:class:`pinfer.LlamaRAMCache`, :class:`pinfer.LlamaDiskCache`,
+        or None): a completion whose prompt shares a longer prefix with a cached state
+        than with the context restores that state first, and every completion stores
+        its final state."""
+        from .llama_cache import BaseLlamaCache
+        if cache is not None and not isinstance(cache, BaseLlamaCache):
+            raise TypeError(f"set_cache() needs a LlamaRAMCache, LlamaDiskCache or None, got {type(cache).__name__}")
+        self.cache = cache
 
     # ---- resources ----
 
@@ -568,9 +619,15 @@ class Llama:
 
     def _make_sampler(self, temperature: float, top_k: int, top_p: float, min_p: float,
                       repeat_penalty: float, repeat_last_n: Optional[int], frequency_penalty: float,
-                      presence_penalty: float, seed: Optional[int]) -> "_core.LlamaSampler":
+                      presence_penalty: float, seed: Optional[int], typical_p: float = 1.0,
+                      mirostat_mode: int = 0, mirostat_tau: float = 5.0,
+                      mirostat_eta: float = 0.1) -> "_core.LlamaSampler":
         temperature, top_p, min_p = (A.as_float(n, v) for n, v in
                                      (("temperature", temperature), ("top_p", top_p), ("min_p", min_p)))
+        typical_p, mirostat_tau, mirostat_eta = (
+            A.as_float(n, v) for n, v in (("typical_p", typical_p), ("mirostat_tau", mirostat_tau),
+                                          ("mirostat_eta", mirostat_eta)))
+        mirostat_mode = A.as_int("mirostat_mode", mirostat_mode, 0, 2)
         repeat_penalty, frequency_penalty, presence_penalty = (
             A.as_float(n, v) for n, v in (("repeat_penalty", repeat_penalty), ("frequency_penalty", frequency_penalty),
                                           ("presence_penalty", presence_penalty)))
@@ -590,7 +647,8 @@ class Llama:
             repeat_last_n = self.ctx.n_ctx
         return _core.LlamaSampler(self.model, float(temperature), int(top_k), float(top_p), float(min_p),
                                   float(repeat_penalty), int(repeat_last_n), float(frequency_penalty),
-                                  float(presence_penalty), int(seed))
+                                  float(presence_penalty), int(seed), float(typical_p), int(mirostat_mode),
+                                  float(mirostat_tau), float(mirostat_eta))
 
     def _hooks(self, logits_processor: Any = None, grammar: Optional[LlamaGrammar] = None,
                stopping_criteria: Any = None, logit_bias: Any = None,
@@ -644,7 +702,8 @@ class Llama:
                  frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
                  seed: Optional[int] = None, reset: bool = True, *, temp: Optional[float] = None,
                  logits_processor: Any = None, stopping_criteria: Any = None,
-                 grammar: Optional[LlamaGrammar] = None, **kwargs: Any) -> Iterator[int]:
+                 grammar: Optional[LlamaGrammar] = None, typical_p: float = 1.0, mirostat_mode: int = 0,
+                 mirostat_tau: float = 5.0, mirostat_eta: float = 0.1, **kwargs: Any) -> Iterator[int]:
         """Yield sampled tokens after evaluating ``tokens``; runs until the caller stops,
         a stopping criterion says so, or the context is full. End-of-generation tokens
         are yielded like any other. ``temp`` is llama-cpp-python's name of ``temperature``."""
@@ -658,7 +717,9 @@ class Llama:
         else:
             self.eval(toks)
         sampler = self._make_sampler(temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n,
-                                     frequency_penalty, presence_penalty, seed)
+                                     frequency_penalty, presence_penalty, seed, typical_p=typical_p,
+                                     mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
+                                     mirostat_eta=mirostat_eta)
         for t in toks:
             sampler.accept(t)
         while True:
@@ -682,6 +743,8 @@ class Llama:
             self.ctx.reset_timings()
         self._stream_owner += 1
         me = self._stream_owner
+        if self.cache is not None:
+            self._from_cache(prompt_tokens)
         self._prepare(prompt_tokens)
         for t in prompt_tokens:
             sampler.accept(t)
@@ -738,8 +801,26 @@ class Llama:
             yield buf[emitted:].decode("utf-8", errors="replace"), len(buf)
         state["finish_reason"] = finish
         state["completion_tokens"] = n_gen
+        if self.cache is not None and self._input_ids:
+            self.cache[self._input_ids] = self.save_state()
         if self.verbose:
             self._print_timings()
+
+    def _from_cache(self, prompt_tokens: List[int]) -> None:
+        """Restore the cached state sharing the longest prefix with the prompt, if it
+        shares more than the context does (the seed stream is left alone, so a hit
+        changes no output, only the work)."""
+        try:
+            item = self.cache[prompt_tokens]
+        except KeyError:
+            if self.verbose:
+                print("pinfer: prompt cache miss", file=sys.stderr)
+            return
+        have = self.longest_token_prefix(self._input_ids, prompt_tokens)
+        if self.longest_token_prefix(item.input_ids.tolist(), prompt_tokens) > have:
+            self._restore_context(item)
+            if self.verbose:
+                print(f"pinfer: prompt cache hit: {item.n_tokens} tokens restored", file=sys.stderr)
 
     def _print_timings(self) -> None:
         t = self.ctx.timings()
@@ -773,6 +854,9 @@ class Llama:
         logits_processor: Any = None,
         grammar: Optional[LlamaGrammar] = None,
         logit_bias: Optional[Dict[Any, float]] = None,
+        mirostat_mode: int = 0,
+        mirostat_tau: float = 5.0,
+        mirostat_eta: float = 0.1,
         **kwargs: Any,
     ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
         """Complete ``prompt`` (text or token ids).
@@ -787,8 +871,11 @@ class Llama:
         ``grammar``: a :class:`LlamaGrammar` the output must match.
         ``logit_bias``: {token id: bias} added to the logits; ``logits_processor`` and
         ``stopping_criteria``: see :mod:`pinfer.processors`. ``model``: the name reported.
+        ``typical_p`` < 1: locally typical sampling; ``mirostat_mode`` 1 or 2: mirostat with
+        target surprise ``mirostat_tau`` and learning rate ``mirostat_eta`` (top_k, typical_p,
+        top_p and min_p are then unused, as in llama.cpp).
         """
-        compat.check("create_completion", {"suffix": suffix, "typical_p": typical_p, **kwargs},
+        compat.check("create_completion", {"suffix": suffix, **kwargs},
                      compat.COMPLETION, compat.SAMPLING)
         if logprobs is not None:
             logprobs = A.as_int("logprobs", logprobs, 0, None)
@@ -801,7 +888,9 @@ class Llama:
                                 top_k=top_k, stream=stream, seed=seed, repeat_last_n=repeat_last_n,
                                 special=True, add_bos=True, model=model,
                                 hooks=self._hooks(logits_processor, grammar, stopping_criteria, logit_bias,
-                                                  logprobs))
+                                                  logprobs),
+                                extra=dict(typical_p=typical_p, mirostat_mode=mirostat_mode,
+                                           mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta))
 
     def _logprobs(self, hooks: _Hooks, buf: bytes, lo: int, hi: int, text_base: int,
                   chat: bool) -> Optional[Dict[str, Any]]:
@@ -835,7 +924,8 @@ class Llama:
                     min_p: float, echo: bool, stop: Optional[Union[str, List[str]]], frequency_penalty: float,
                     presence_penalty: float, repeat_penalty: float, top_k: int, stream: bool,
                     seed: Optional[int], repeat_last_n: Optional[int], special: bool, add_bos: bool,
-                    model: Optional[str], hooks: _Hooks, chat_logprobs: bool = False):
+                    model: Optional[str], hooks: _Hooks, chat_logprobs: bool = False,
+                    extra: Optional[Dict[str, Any]] = None):
         self.ctx  # raise now if closed, not on the first next() of a stream
         stops = [A.as_utf8("stop", s) for s in A.as_str_list("stop", stop) if s]
         if max_tokens is not None:
@@ -849,7 +939,7 @@ class Llama:
             raise ValueError(f"prompt is too long: {len(prompt_tokens)} tokens, but the context holds "
                              f"{self.ctx.n_ctx} (raise n_ctx)")
         sampler = self._make_sampler(temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n,
-                                     frequency_penalty, presence_penalty, seed)
+                                     frequency_penalty, presence_penalty, seed, **(extra or {}))
         cid = f"cmpl-{uuid.uuid4()}"
         created = int(time.time())
         model_name = model if model is not None else self.model_path
@@ -901,36 +991,33 @@ class Llama:
     # ---- chat ----
 
     def apply_chat_template(self, messages: Sequence[Dict[str, Any]], add_generation_prompt: bool = True,
-                            chat_template: Optional[str] = None) -> str:
+                            chat_template: Optional[str] = None,
+                            tools: Optional[Sequence[Dict[str, Any]]] = None) -> str:
         """Render messages with the model's Jinja chat template (``tokenizer.chat_template``),
-        bounded in time, output size and memory (pinfer.chat_template)."""
-        from jinja2.exceptions import TemplateError
+        bounded in time, output size and memory (pinfer.chat_template); ``tools`` (OpenAI
+        format) go to a template that reads them, else into a system message
+        (:mod:`pinfer.tool_calls`)."""
+        return self._render_chat(messages, add_generation_prompt, chat_template, tools)[0]
 
+    def _render_chat(self, messages: Sequence[Dict[str, Any]], add_generation_prompt: bool,
+                     chat_template: Optional[str], tools: Optional[Sequence[Dict[str, Any]]]
+                     ) -> Tuple[str, List[Dict[str, Any]]]:
+        """(prompt, the messages as rendered)."""
         from . import chat_template as ct
-
-        if chat_template is None and self._chat_format is not None:
-            bos, eos = self.model.bos, self.model.eos
-            return _core.apply_chat_template(
-                self._chat_format, [{"role": m["role"], "content": m.get("content") or ""} for m in messages],
-                add_generation_prompt,
-                self.model.token_to_piece(bos, True).decode("utf-8", errors="replace") if bos >= 0 else "",
-                self.model.token_to_piece(eos, True).decode("utf-8", errors="replace") if eos >= 0 else "")
-        template = chat_template or self.model.chat_template
-        if not template:
-            raise ValueError("the model has no chat template (tokenizer.chat_template); pass chat_template=...")
-
-        def raise_exception(message: str) -> None:
-            raise TemplateError(message)
-
-        def strftime_now(fmt: str) -> str:
-            return time.strftime(fmt)
+        from .tool_calls import as_plain_history
 
         bos, eos = self.model.bos, self.model.eos
         bos_text = self.model.token_to_piece(bos, True).decode("utf-8", errors="replace") if bos >= 0 else ""
         eos_text = self.model.token_to_piece(eos, True).decode("utf-8", errors="replace") if eos >= 0 else ""
-        return ct.render(template, {"raise_exception": raise_exception, "strftime_now": strftime_now},
-                         messages=list(messages), bos_token=bos_text, eos_token=eos_text,
-                         add_generation_prompt=add_generation_prompt)
+        if chat_template is None and self._chat_format is not None:
+            msgs = as_plain_history(messages, tools)
+            return _core.apply_chat_template(
+                self._chat_format, [{"role": m["role"], "content": m.get("content") or ""} for m in msgs],
+                add_generation_prompt, bos_text, eos_text), msgs
+        template = chat_template or self.model.chat_template
+        if not template:
+            raise ValueError("the model has no chat template (tokenizer.chat_template); pass chat_template=...")
+        return ct.render_messages(template, list(messages), add_generation_prompt, bos_text, eos_text, tools)
 
     def create_chat_completion(
         self,
@@ -956,6 +1043,12 @@ class Llama:
         logit_bias: Optional[Dict[Any, float]] = None,
         logprobs: Optional[bool] = None,
         top_logprobs: Optional[int] = None,
+        typical_p: float = 1.0,
+        mirostat_mode: int = 0,
+        mirostat_tau: float = 5.0,
+        mirostat_eta: float = 0.1,
+        tools: Optional[List[Dict[str, Any]]] = None,
+        tool_choice: Any = None,
         **kwargs: Any,
     ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
         """Reply to a chat (``[{"role": ..., "content": ...}, ...]``).
@@ -967,8 +1060,26 @@ class Llama:
         under ``"schema"``) or ``{"type": "json_schema", "json_schema": {"schema": ...}}``.
         ``logprobs=True`` (with ``top_logprobs`` alternatives, 0-20) adds OpenAI's
         ``choices[0]["logprobs"]["content"]``.
+        ``tools`` (OpenAI function tools) are offered to the model; a reply that calls
+        them comes back as ``message["tool_calls"]`` with finish_reason "tool_calls"
+        (Hermes/Qwen ``<tool_call>`` and Llama 3 JSON styles; :mod:`pinfer.tool_calls`).
+        ``tool_choice``: "auto" (default), "none", "required" or one named function (the
+        last two constrain the reply to a call).
         """
         compat.check("create_chat_completion", kwargs, compat.CHAT, compat.SAMPLING)
+        if self.chat_handler is not None:
+            return self.chat_handler(
+                llama=self, messages=messages, tools=tools, tool_choice=tool_choice, temperature=temperature,
+                top_p=top_p, top_k=top_k, min_p=min_p, typical_p=typical_p, stream=stream, stop=stop, seed=seed,
+                response_format=response_format, max_tokens=max_tokens, presence_penalty=presence_penalty,
+                frequency_penalty=frequency_penalty, repeat_penalty=repeat_penalty, mirostat_mode=mirostat_mode,
+                mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, model=model,
+                logits_processor=logits_processor, grammar=grammar, logit_bias=logit_bias, logprobs=logprobs,
+                top_logprobs=top_logprobs)
+        from . import tool_calls as tc
+        tools = tc.check_tools(tools) if tools is not None else None
+        tool_choice = tc.check_tool_choice(tool_choice, tools)
+        offered = tools if tools and tool_choice != "none" else None
         if isinstance(messages, (str, bytes)) or not all(isinstance(m, dict) and "role" in m for m in messages):
             raise ValueError("messages must be a list of {'role': ..., 'content': ...} dicts")
         if top_logprobs is not None:
@@ -981,7 +1092,12 @@ class Llama:
         if rf_grammar is not None and grammar is not None:
             raise ValueError("give either grammar= or a JSON response_format, not both")
         grammar = grammar or rf_grammar
-        prompt = self.apply_chat_template(messages, True, chat_template)
+        if offered and tool_choice not in (None, "auto"):
+            if grammar is not None:
+                raise ValueError(f"tool_choice={tool_choice!r} constrains the reply already: "
+                                 "give no grammar= or JSON response_format with it")
+            grammar = LlamaGrammar.from_json_schema(tc.forced_call_schema(offered, tool_choice))
+        prompt, messages = self._render_chat(messages, True, chat_template, offered)
         if isinstance(stop, str):
             stop = [stop]
         stop = list(stop or [])
@@ -1000,15 +1116,25 @@ class Llama:
                                   min_p=min_p, echo=False, stop=stop, frequency_penalty=frequency_penalty,
                                   presence_penalty=presence_penalty, repeat_penalty=repeat_penalty,
                                   top_k=top_k, stream=stream, seed=seed, repeat_last_n=None, special=True,
-                                  add_bos=add_bos, model=model, hooks=hooks, chat_logprobs=True)
+                                  add_bos=add_bos, model=model, hooks=hooks, chat_logprobs=True,
+                                  extra=dict(typical_p=typical_p, mirostat_mode=mirostat_mode,
+                                             mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta))
 
         if not stream:
             c = result["choices"][0]
+            message: Dict[str, Any] = {"role": "assistant", "content": c["text"]}
+            finish = c["finish_reason"]
+            if offered:
+                content, calls = tc.parse_tool_calls(c["text"], offered)
+                if calls:
+                    message = {"role": "assistant", "content": content, "tool_calls": calls}
+                    finish = "tool_calls"
             return {"id": "chat" + result["id"], "object": "chat.completion", "created": result["created"],
                     "model": result["model"],
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": c["text"]},
-                                 "logprobs": c["logprobs"], "finish_reason": c["finish_reason"]}],
+                    "choices": [{"index": 0, "message": message, "logprobs": c["logprobs"], "finish_reason": finish}],
                     "usage": result["usage"]}
+        if offered:
+            return self._tool_chunks(result, offered)
 
         def chunks() -> Iterator[Dict[str, Any]]:
             first = True
@@ -1028,6 +1154,60 @@ class Llama:
                                                 "finish_reason": c["finish_reason"]}],
                            "usage": ch.get("usage")}
         return chunks()
+
+    @staticmethod
+    def _tool_chunks(result: Iterator[Dict[str, Any]], tools: List[Dict[str, Any]]) -> Iterator[Dict[str, Any]]:
+        """Chat chunks of a reply that may call tools: text streams as content until it
+        may begin a call (a <tool_call> block, or a reply opening with a JSON object);
+        from there it is held, and at the end parsed into tool_calls deltas."""
+        from . import tool_calls as tc
+
+        def partial(text: str) -> int:  # a tail that may grow into an opener
+            return max((k for o in tc.OPENERS for k in range(1, len(o)) if text.endswith(o[:k])), default=0)
+
+        first, pending, held, started = True, "", False, False
+        for ch in result:
+            base = {"id": "chat" + ch["id"], "object": "chat.completion.chunk", "created": ch["created"],
+                    "model": ch["model"]}
+            if first:
+                yield {**base, "choices": [{"index": 0, "delta": {"role": "assistant"}, "logprobs": None,
+                                            "finish_reason": None}]}
+                first = False
+            c = ch["choices"][0]
+            pending += c["text"]
+            if not held:
+                at = min((i for i in (pending.find(o) for o in tc.OPENERS) if i >= 0), default=-1)
+                lead = pending.lstrip()
+                if not started and (lead.startswith("{") or lead.startswith("<|python_tag|>")):
+                    held = True
+                elif at >= 0:
+                    out, pending, held = pending[:at], pending[at:], True
+                    if out:
+                        yield {**base, "choices": [{"index": 0, "delta": {"content": out}, "logprobs": None,
+                                                    "finish_reason": None}]}
+                elif lead:
+                    k = partial(pending)
+                    out, pending = pending[:len(pending) - k], pending[len(pending) - k:]
+                    if out:
+                        started = True
+                        yield {**base, "choices": [{"index": 0, "delta": {"content": out},
+                                                    "logprobs": c["logprobs"], "finish_reason": None}]}
+            if c["finish_reason"] is None:
+                continue
+            finish = c["finish_reason"]
+            content, calls = tc.parse_tool_calls(pending, tools) if pending else (None, [])
+            if calls:
+                finish = "tool_calls"
+                if content:
+                    yield {**base, "choices": [{"index": 0, "delta": {"content": content}, "logprobs": None,
+                                                "finish_reason": None}]}
+                yield {**base, "choices": [{"index": 0, "logprobs": None, "finish_reason": None, "delta": {
+                    "tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]}}]}
+            elif pending:
+                yield {**base, "choices": [{"index": 0, "delta": {"content": pending}, "logprobs": None,
+                                            "finish_reason": None}]}
+            yield {**base, "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish}],
+                   "usage": ch.get("usage")}
 
     def _chat_tokens(self, prompt: str, messages: Sequence[Dict[str, Any]], add_bos: bool) -> List[int]:
         """The rendered chat's tokens: the template's special-token text becomes control

@@ -2,12 +2,21 @@
 
 Which tokens are scored
 -----------------------
-The text is tokenized as is (no BOS or other special tokens are added) into
-tokens ``t[0..N)``. Every window is evaluated from an empty KV cache, and a
-token is scored by the model's log-probability of it given the tokens before
-it *in the same window*.
+Every window is evaluated from an empty KV cache, and a token is scored by the
+model's log-probability of it given the tokens before it *in the same window*.
 
-* Default (non-overlapping windows): window ``w`` holds
+* Default, ``method="llama.cpp"`` (llama-perplexity's method, so that numbers
+  compare with published llama.cpp figures): the text is tokenized as
+  llama.cpp does, with the BOS token the model adds, into ``t[0..N)``; window
+  ``w`` holds ``t[w*n_ctx : (w+1)*n_ctx]`` with its first token replaced by BOS
+  (when the model adds one), and only its second half is scored: the tokens at
+  positions ``n_ctx//2 + 1 .. n_ctx - 1``, i.e. ``n_ctx - 1 - n_ctx//2`` per
+  window, each with at least ``n_ctx//2`` tokens of context.
+
+For the other methods the text is tokenized as is (no BOS or other special
+tokens are added):
+
+* ``method="all"`` (non-overlapping windows): window ``w`` holds
   ``t[w*n_ctx : (w+1)*n_ctx]``; in each window every token except the first is
   scored, i.e. ``n_ctx - 1`` tokens per window. The first token of each window
   is context only.
@@ -40,13 +49,27 @@ __all__ = ["perplexity", "perplexity_tokens", "windows", "nll_of_logits"]
 Progress = Callable[[int, int, float, int], None]
 
 
+METHODS = ("llama.cpp", "all", "strided")
+
+
+def _method(method: Optional[str], stride: Optional[int]) -> str:
+    if method is None:
+        return "llama.cpp" if stride is None else "strided"
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if (method == "strided") != (stride is not None):
+        raise ValueError("stride= goes with method='strided' (or method=None) and only with it")
+    return method
+
+
 def windows(n_tokens: int, n_ctx: int, stride: Optional[int] = None,
-            max_windows: Optional[int] = None) -> List[Tuple[int, int]]:
+            max_windows: Optional[int] = None, method: Optional[str] = None) -> List[Tuple[int, int]]:
     """The evaluation plan: a list of ``(begin, first_scored)``.
 
     Each window is ``tokens[begin : begin + n_ctx]``; positions ``first_scored ..
     n_ctx - 1`` of it are scored (``first_scored >= 1``)."""
     _check_ctx_stride(n_ctx, stride)
+    method = _method(method, stride)
     if max_windows is not None and (not isinstance(max_windows, int) or max_windows < 1):
         raise ValueError(f"max_windows must be a positive int, got {max_windows!r}")
     if n_tokens < n_ctx:
@@ -56,7 +79,10 @@ def windows(n_tokens: int, n_ctx: int, stride: Optional[int] = None,
     out = []
     begin = 0
     while begin + n_ctx <= n_tokens and (max_windows is None or len(out) < max_windows):
-        first = 1 if (stride is None or begin == 0) else n_ctx - stride
+        if method == "llama.cpp":
+            first = n_ctx // 2 + 1
+        else:
+            first = 1 if (stride is None or begin == 0) else n_ctx - stride
         out.append((begin, first))
         begin += step
     return out
@@ -93,8 +119,10 @@ def perplexity_tokens(model, tokens: Sequence[int], n_ctx: int, stride: Optional
                       n_batch: int = 512, n_threads: Optional[int] = None,
                       max_windows: Optional[int] = None,
                       progress: Optional[Progress] = None, sparse: str = "off",
-                      stats: Optional[dict] = None) -> Tuple[float, float, int]:
+                      stats: Optional[dict] = None, method: Optional[str] = None) -> Tuple[float, float, int]:
     """Perplexity of an already tokenized sequence; model is a ``pinfer._core.Model``.
+    With method "llama.cpp" each window starts with BOS (when the model adds one);
+    the tokens should then be tokenized with it, as :func:`perplexity` does.
     sparse: the FFN mode ("off", "exact", "predictor", "threshold", "auto"); when
     ``stats`` is a dict it receives the context's sparse statistics.
     Returns ``(ppl, ppl_stderr, n_scored_tokens)``."""
@@ -105,7 +133,9 @@ def perplexity_tokens(model, tokens: Sequence[int], n_ctx: int, stride: Optional
     if n_threads is not None and (not isinstance(n_threads, int) or n_threads < 1):
         raise ValueError(f"n_threads must be a positive int or None, got {n_threads!r}")
     tokens = np.ascontiguousarray(tokens, dtype=np.int32)
-    plan = windows(len(tokens), n_ctx, stride, max_windows)
+    method = _method(method, stride)
+    plan = windows(len(tokens), n_ctx, stride, max_windows, method)
+    bos = model.tokenize("", add_special=True, parse_special=False) if method == "llama.cpp" else []
     ctx = _core.Context(model, n_ctx, min(n_batch, n_ctx), n_threads or 0, "f16", sparse, stats is not None)
     try:
         if ctx.n_ctx < n_ctx:
@@ -113,7 +143,9 @@ def perplexity_tokens(model, tokens: Sequence[int], n_ctx: int, stride: Optional
         parts = []
         total = 0
         for w, (begin, first) in enumerate(plan):
-            win = tokens[begin:begin + n_ctx]
+            win = tokens[begin:begin + n_ctx].copy()
+            if bos:
+                win[0] = bos[0]  # as llama-perplexity: every window starts with BOS
             ctx.kv_truncate(0)
             ctx.decode(win, True)
             logits = ctx.logits_all()
@@ -134,31 +166,33 @@ def perplexity_tokens(model, tokens: Sequence[int], n_ctx: int, stride: Optional
     return ppl, err, len(nll)
 
 
-def _tokenize_enough(model, text: str, n_needed: Optional[int]) -> List[int]:
+def _tokenize_enough(model, text: str, n_needed: Optional[int], add_bos: bool = False) -> List[int]:
     """Tokenize text, or only a prefix of it when n_needed tokens suffice (long corpora)."""
     if n_needed is None:
-        return model.tokenize(text, add_special=False, parse_special=False)
+        return model.tokenize(text, add_special=add_bos, parse_special=False)
     n_chars = max(4096, 8 * n_needed)
     while n_chars < len(text):
-        toks = model.tokenize(text[:n_chars], add_special=False, parse_special=False)
+        toks = model.tokenize(text[:n_chars], add_special=add_bos, parse_special=False)
         # the last tokens of a cut text can differ from the full text's: keep a margin
         if len(toks) >= n_needed + 64:
             return toks[:n_needed + 64]
         n_chars *= 2
-    return model.tokenize(text, add_special=False, parse_special=False)
+    return model.tokenize(text, add_special=add_bos, parse_special=False)
 
 
 def perplexity(model_path: Union[str, os.PathLike], text: Optional[str] = None, n_ctx: int = 512,
                stride: Optional[int] = None, n_batch: int = 512, n_threads: Optional[int] = None,
                max_windows: Optional[int] = None,
                progress: Optional[Progress] = None, sparse: str = "off",
-               stats: Optional[dict] = None) -> Tuple[float, float, int]:
+               stats: Optional[dict] = None, method: Optional[str] = None) -> Tuple[float, float, int]:
     """Perplexity of the model at model_path on text (default: Jane Austen's novels,
     :func:`pinfer.datasets.austen`). See the module docstring for which tokens are
-    scored. Returns ``(ppl, ppl_stderr, n_scored_tokens)``."""
+    scored (``method``: "llama.cpp" by default, "all", or "strided" with ``stride``).
+    Returns ``(ppl, ppl_stderr, n_scored_tokens)``."""
     from . import _core
 
     _check_ctx_stride(n_ctx, stride)
+    method = _method(method, stride)
     if text is None:
         from .datasets import austen
 
@@ -170,9 +204,10 @@ def perplexity(model_path: Union[str, os.PathLike], text: Optional[str] = None, 
         need = None
         if max_windows is not None and isinstance(max_windows, int) and max_windows >= 1:
             need = n_ctx + (max_windows - 1) * (n_ctx if stride is None else stride)
-        tokens = _tokenize_enough(model, text, need)
+        tokens = _tokenize_enough(model, text, need, add_bos=method == "llama.cpp")
         return perplexity_tokens(model, tokens, n_ctx, stride=stride, n_batch=n_batch, n_threads=n_threads,
-                                 max_windows=max_windows, progress=progress, sparse=sparse, stats=stats)
+                                 max_windows=max_windows, progress=progress, sparse=sparse, stats=stats,
+                                 method=method)
     finally:
         model.close()
 
@@ -183,12 +218,16 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "perplexity", help="perplexity of a model on a text",
         description="Perplexity of a GGUF model on a text file (default: Jane Austen's novels). "
-                    "Non-overlapping windows of --ctx tokens score every token but the first of each "
-                    "window; with --stride S, windows start every S tokens and score their last S tokens.")
+                    "By default llama-perplexity's method: non-overlapping windows of --ctx tokens, each "
+                    "starting with BOS, the second half of each scored; --all-tokens scores every token "
+                    "but the first of each window; with --stride S, windows start every S tokens and "
+                    "score their last S tokens.")
     p.add_argument("-m", "--model", required=True, help="GGUF model file")
     p.add_argument("-f", "--file", help="UTF-8 text file (default: pinfer.datasets.austen())")
     p.add_argument("-c", "--ctx", type=int, default=512, help="window length in tokens (default 512)")
     p.add_argument("--stride", type=int, default=None, help="strided windows: score the last S tokens of each")
+    p.add_argument("--all-tokens", action="store_true",
+                   help="score every token but the first of each window (no BOS) instead of the second half")
     p.add_argument("-b", "--batch", type=int, default=512, help="tokens per evaluation batch (default 512)")
     p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: all cores)")
     p.add_argument("--max-windows", type=int, default=None, help="evaluate at most N windows")
@@ -213,9 +252,15 @@ def main(args) -> int:
     def show(i, n, running, scored):
         print(f"[{i}/{n}] ppl = {running:.4f} ({scored} tokens)", flush=True)
 
+    if args.all_tokens and args.stride is not None:
+        raise ValueError("give either --all-tokens or --stride, not both")
+    method = "all" if args.all_tokens else None
     ppl, err, n = perplexity(args.model, text, n_ctx=args.ctx, stride=args.stride, n_batch=args.batch,
                              n_threads=args.threads, max_windows=args.max_windows, progress=show,
-                             sparse=args.sparse)
+                             sparse=args.sparse, method=method)
+    if not math.isfinite(ppl):
+        raise RuntimeError(f"the perplexity is {ppl}: not a result (non-finite log-likelihoods)")
     print(f"final: ppl = {ppl:.4f} +/- {err:.4f} over {n} tokens")
+    print(f"Final estimate: PPL = {ppl:.4f} +/- {err:.5f}")
     sys.stdout.flush()
     return 0

@@ -177,6 +177,7 @@ class Model {
 
 using tokens_array = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using logits_view = nb::ndarray<nb::numpy, float>;
+using logits_in_arr = nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
 // Owner object for numpy views: a capsule holding a reference to the context.
 nb::capsule context_capsule(const std::shared_ptr<context_holder> &h) {
@@ -348,6 +349,32 @@ class Context {
         pinfer_kv_truncate(h->p, n_keep);
     }
 
+    // The KV snapshot of the cached positions, as a uint8 array.
+    nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>> kv_state() {
+        const auto &h = holder();
+        std::unique_lock<std::mutex> lock(h->busy, std::try_to_lock);
+        if (!lock.owns_lock()) throw nb::value_error("the context is busy in another thread");
+        const int64_t n = pinfer_state_size(h->p, pinfer_n_past(h->p));
+        if (n < 0) throw nb::value_error(last_error("kv_state").c_str());
+        uint8_t *buf = new uint8_t[(size_t)std::max<int64_t>(n, 1)];
+        nb::capsule owner(buf, [](void *p) noexcept { delete[] static_cast<uint8_t *>(p); });
+        if (pinfer_state_get(h->p, buf, (size_t)n) != 0) throw nb::value_error(last_error("kv_state").c_str());
+        return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(buf, {(size_t)n}, owner);
+    }
+    void set_kv_state(const nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> &state,
+                      int32_t n_past, const logits_in_arr &last_logits) {
+        const auto &h = holder();
+        if ((int64_t)last_logits.shape(0) != n_vocab_) throw nb::value_error("set_kv_state: logits must be [n_vocab]");
+        std::unique_lock<std::mutex> lock(h->busy, std::try_to_lock);
+        if (!lock.owns_lock()) throw nb::value_error("the context is busy in another thread");
+        if (pinfer_state_set(h->p, state.data(), state.shape(0), n_past, last_logits.data()) != 0) {
+            h->n_last = 0;
+            throw nb::value_error(last_error("set_kv_state").c_str());
+        }
+        h->n_last = 1;
+        h->last_all = false;
+    }
+
     nb::dict timings() const {
         pinfer_timings t = pinfer_get_timings(holder()->p);
         nb::dict d;
@@ -464,7 +491,8 @@ using logits_in = nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device
 class LlamaSampler {
   public:
     LlamaSampler(Model &model, float temperature, int32_t top_k, float top_p, float min_p, float repeat_penalty,
-                 int32_t repeat_last_n, float frequency_penalty, float presence_penalty, int64_t seed) {
+                 int32_t repeat_last_n, float frequency_penalty, float presence_penalty, int64_t seed,
+                 float typical_p, int32_t mirostat, float mirostat_tau, float mirostat_eta) {
         auto mh = model.holder();
         pinfer_sampler_params sp = pinfer_sampler_default_params();
         sp.temperature = temperature;
@@ -477,6 +505,10 @@ class LlamaSampler {
         sp.presence_penalty = presence_penalty;
         if (seed > (int64_t)UINT32_MAX) throw nb::value_error("seed must be < 2**32 (or negative for random)");
         sp.seed = seed < 0 ? UINT32_MAX : (uint32_t)seed;
+        sp.typical_p = typical_p;
+        sp.mirostat = mirostat;
+        sp.mirostat_tau = mirostat_tau;
+        sp.mirostat_eta = mirostat_eta;
         pinfer_sampler *s = pinfer_sampler_new(mh->p, sp);
         if (!s) throw nb::value_error(last_error("cannot create the sampler").c_str());
         h_ = std::make_shared<sampler_holder>();
@@ -691,16 +723,25 @@ void bind_llama(nb::module_ &m) {
         .def_prop_ro("n_ctx", &Context::n_ctx)
         .def_prop_ro("n_vocab", &Context::n_vocab)
         .def("kv_truncate", &Context::kv_truncate, nb::arg("n_keep"), "Forget cached tokens at positions >= n_keep.")
+        .def("kv_state", &Context::kv_state, "uint8 snapshot of the cached keys and values (positions [0, n_past)).")
+        .def("set_kv_state", &Context::set_kv_state, nb::arg("state"), nb::arg("n_past"), nb::arg("last_logits"),
+             "Restore a kv_state() snapshot of n_past positions and the last token's float32 logits.")
         .def("timings", &Context::timings)
         .def("reset_timings", &Context::reset_timings);
 
     const pinfer_sampler_params d = pinfer_sampler_default_params();
-    nb::class_<LlamaSampler>(m, "LlamaSampler", "The sampler chain of pinfer.h (penalties, top-k/p, min-p, temperature).")
-        .def(nb::init<Model &, float, int32_t, float, float, float, int32_t, float, float, int64_t>(), nb::arg("model"),
+    nb::class_<LlamaSampler>(m, "LlamaSampler",
+                             "The sampler chain of pinfer.h (penalties, top-k, typical, top-p, min-p, temperature;\n"
+                             "or penalties, temperature, mirostat 1/2).")
+        .def(nb::init<Model &, float, int32_t, float, float, float, int32_t, float, float, int64_t, float, int32_t, float,
+                      float>(),
+             nb::arg("model"),
              nb::arg("temperature") = d.temperature, nb::arg("top_k") = d.top_k, nb::arg("top_p") = d.top_p,
              nb::arg("min_p") = d.min_p, nb::arg("repeat_penalty") = d.repeat_penalty,
              nb::arg("repeat_last_n") = d.repeat_last_n, nb::arg("frequency_penalty") = d.frequency_penalty,
-             nb::arg("presence_penalty") = d.presence_penalty, nb::arg("seed") = -1)
+             nb::arg("presence_penalty") = d.presence_penalty, nb::arg("seed") = -1,
+             nb::arg("typical_p") = d.typical_p, nb::arg("mirostat") = d.mirostat,
+             nb::arg("mirostat_tau") = d.mirostat_tau, nb::arg("mirostat_eta") = d.mirostat_eta)
         .def("sample", &LlamaSampler::sample_ctx, nb::arg("ctx"), "Sample from the context's last logits.")
         .def("sample", &LlamaSampler::sample_arr, nb::arg("logits"), "Sample from a float32 [n_vocab] array.")
         .def("accept", &LlamaSampler::accept, nb::arg("token"), "Record a token (for the penalties).")

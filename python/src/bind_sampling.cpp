@@ -60,12 +60,14 @@ size_t utf8_chars(const std::string & s, size_t n) {
 
 void bind_sampling(nb::module_ & m) {
     nb::class_<pinfer::sampler>(m, "Sampler",
-        "Sampler chain: penalties -> top-k -> top-p -> min-p -> temperature -> pick.\n"
+        "Sampler chain: penalties -> top-k -> typical -> top-p -> min-p -> temperature -> pick,\n"
+        "or with mirostat 1/2: penalties -> temperature -> mirostat -> pick (mu updated).\n"
         "temp <= 0 is greedy. sample() does not record the token: call accept().")
         .def("__init__",
              [](pinfer::sampler * self, float temp, int32_t top_k, float top_p, float min_p,
                 float repeat_penalty, int32_t repeat_last_n, float frequency_penalty,
-                float presence_penalty, int64_t seed, size_t min_keep) {
+                float presence_penalty, int64_t seed, size_t min_keep, float typical_p, int32_t mirostat,
+                float mirostat_tau, float mirostat_eta) {
                  pinfer::sampler_params p;
                  p.temp = temp;
                  p.top_k = top_k;
@@ -80,12 +82,17 @@ void bind_sampling(nb::module_ & m) {
                  }
                  p.seed = seed == -1 ? pinfer::SAMPLER_RANDOM_SEED : uint32_t(seed);
                  p.min_keep = min_keep;
+                 p.typical_p = typical_p;
+                 p.mirostat = mirostat;
+                 p.mirostat_tau = mirostat_tau;
+                 p.mirostat_eta = mirostat_eta;
                  new (self) pinfer::sampler(p);
              },
              nb::kw_only(), nb::arg("temp") = 0.8f, nb::arg("top_k") = 40, nb::arg("top_p") = 0.95f,
              nb::arg("min_p") = 0.05f, nb::arg("repeat_penalty") = 1.0f, nb::arg("repeat_last_n") = 64,
              nb::arg("frequency_penalty") = 0.0f, nb::arg("presence_penalty") = 0.0f,
-             nb::arg("seed") = -1, nb::arg("min_keep") = 1)
+             nb::arg("seed") = -1, nb::arg("min_keep") = 1, nb::arg("typical_p") = 1.0f,
+             nb::arg("mirostat") = 0, nb::arg("mirostat_tau") = 5.0f, nb::arg("mirostat_eta") = 0.1f)
         .def("sample",
              [](pinfer::sampler & s, logits_in logits) {
                  nb::gil_scoped_release nogil;
@@ -110,7 +117,8 @@ void bind_sampling(nb::module_ & m) {
              "logits are after penalties and temperature and probs their softmax.")
         .def("accept", &pinfer::sampler::accept, nb::arg("token"), "Record a token for the penalties.")
         .def("reset", &pinfer::sampler::reset, "Forget the history and restart the random stream.")
-        .def_prop_ro("seed", &pinfer::sampler::seed);
+        .def_prop_ro("seed", &pinfer::sampler::seed)
+        .def_prop_ro("mirostat_mu", &pinfer::sampler::mirostat_mu, "mirostat's current surprise bound (bits).");
 
     m.def("apply_chat_template",
           [](const std::string & tmpl, const nb::list & messages, bool add_generation_prompt,
