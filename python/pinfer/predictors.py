@@ -52,6 +52,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from . import keys as K
 from .outfile import atomic_output
 
 __all__ = ["PredictorError", "LayerReport", "load_dump", "initial_rank", "train_layer", "pick_threshold",
@@ -374,7 +375,7 @@ def train_predictors(model: Optional[str], data: str, out: str, base_gguf: str, 
     if meta.get("act") in ("silu", "gelu") and meta.get("thresholds"):
         act_thr = np.asarray(meta["thresholds"], dtype=np.float32)
     extgguf.add_sparse(base_gguf, out, predictors=preds, threshold=tau, act_thresholds=act_thr,
-                       mode_hint="predictor", predictor_type=type_id)
+                       mode_hint=K.MODE_HINT_PREDICTOR, predictor_type=type_id)
     rep = {"recall_target": recall, "threshold": tau, "type": type_name, "gguf": out, "base": base_gguf,
            "data": data, "rows": int(meta["rows"]), "act": meta.get("act"),
            "layers": [asdict(x) for x in reports]}

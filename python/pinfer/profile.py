@@ -55,6 +55,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from . import keys as K
 from .outfile import atomic_output
 
 __all__ = ["ProfileError", "ProfileResult", "profile", "load_stats", "coverage_share", "load_corpus",
@@ -386,9 +387,9 @@ def _profile_gguf(path: str, text: str, n_tokens: int, out: str, plots: Optional
     r = _core.GGUFReader(path)
     arch = r.get("general.architecture")
     arch = arch.decode() if isinstance(arch, bytes) else str(arch)
-    act = r.get("pinfer.ffn_act") or ("gelu" if arch == "falcon" else "silu")
+    act = r.get(K.FFN_ACT) or ("gelu" if arch == "falcon" else "silu")
     act = act.decode() if isinstance(act, bytes) else str(act)
-    thr = r.get("pinfer.sparse.act_thresholds")
+    thr = r.get(K.SPARSE_ACT_THRESHOLDS)
     del r
     if act in ("silu", "gelu") and thr is None:
         raise ProfileError(f"{path}: a {act} FFN has no natural zero; calibrate per-layer thresholds first "
