@@ -70,7 +70,7 @@ def _down_types(path: str) -> Dict[str, str]:
 
 
 def _quantize(src: str, dst: str, type_name: str, threads: Optional[int]) -> None:
-    from .cli import child_preexec, find_tool
+    from ._util import child_preexec, find_tool
 
     cmd = [find_tool("pinfer-quantize"), src, dst, type_name]
     if threads:
