@@ -32,9 +32,9 @@ def find_tool(name: str) -> str:
             p = os.path.join(scheme_dir, name)
             if os.path.isfile(p) and os.access(p, os.X_OK):
                 return p
-    p = shutil.which(name)
-    if p:
-        return p
+    found = shutil.which(name)
+    if found:
+        return found
     where = f" (not in PINFER_BUILD_DIR={build})" if build else ""
     raise UserError(f"cannot find the '{name}' executable{where}: install pinfer with pip, "
                     "or set PINFER_BUILD_DIR to a CMake build directory")

@@ -44,15 +44,13 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .outfile import atomic_output
-
 from . import _core
-
 from . import keys as K
+from .outfile import atomic_output
 
 HOT_FIRST = K.NEURON_ORDER_HOT_FIRST
 POWERINFER_MAGIC = K.POWERINFER_MAGIC
@@ -194,27 +192,28 @@ def rewrite(src: str, dst: str, tensors: Optional[Mapping[str, Optional[TensorLi
     w = _core.GGUFWriter()
     for key in r.keys:
         if key in kv:
-            if kv[key] is not None:
-                w.add(key, kv[key][0], kv[key][1])
+            entry = kv[key]
+            if entry is not None:
+                w.add(key, entry[0], entry[1])
             continue
         if key in drop or (prefixes and key.startswith(prefixes)):
             continue
         w.add(key, meta[key], types[key])
-    for key, v in kv.items():
-        if key not in meta and v is not None:
-            w.add(key, v[0], v[1])
+    for key, entry in kv.items():
+        if key not in meta and entry is not None:
+            w.add(key, entry[0], entry[1])
     for t in r.tensors:
         if t.name in tensors:
-            v = tensors.pop(t.name)
-            if v is not None:
-                v = _as_tensor(v)
-                w.add_tensor(t.name, v.data, v.type, list(v.shape))
+            given = tensors.pop(t.name)
+            if given is not None:
+                x = _as_tensor(given)
+                w.add_tensor(t.name, x.data, x.type, list(x.shape))
             continue
         w.add_tensor(t.name, t.data, t.type, list(t.shape))
-    for name, v in tensors.items():
-        if v is not None:
-            v = _as_tensor(v)
-            w.add_tensor(name, v.data, v.type, list(v.shape))
+    for name, given in tensors.items():
+        if given is not None:
+            x = _as_tensor(given)
+            w.add_tensor(name, x.data, x.type, list(x.shape))
     w.write(dst)  # atomic: temp file, fsync, rename
     del r
     return dst
@@ -270,7 +269,7 @@ def placement_kv(placements: Sequence[Union[Placement, Mapping]], n_layer: Optio
     hi = int(n_ff) if n_ff is not None else int(np.iinfo(np.int32).max)
     out: Dict[str, Tuple] = {K.PLACEMENT_COUNT: (len(pls), _T.GGUF_TYPE_UINT32)}
     for i, p in enumerate(pls):
-        key = lambda f: placement_key(i, f)  # noqa: E731
+        key = f"{K.PLACEMENT_PREFIX}{i}.".__add__  # pinfer.placement.<i>.<field>
         k = np.asarray(p.gpu_neurons, dtype=np.int64)
         if k.shape != (L,):
             raise PlacementError(f"{key(K.PLACEMENT_GPU_NEURONS)}: {k.size} entries, expected {L} (one per layer)")
@@ -339,7 +338,7 @@ def read_placements(reader, n_layer: Optional[int] = None, n_ff: Optional[int] =
         raise PlacementError(f"{K.PLACEMENT_COUNT}: expected a positive integer, got {count!r}")
     out: List[Placement] = []
     for i in range(int(count)):
-        key = lambda f: placement_key(i, f)  # noqa: E731
+        key = f"{K.PLACEMENT_PREFIX}{i}.".__add__  # pinfer.placement.<i>.<field>
         b, k = get(key(K.PLACEMENT_BUDGET_BYTES)), get(key(K.PLACEMENT_GPU_NEURONS))
         s, o = get(key(K.PLACEMENT_SOLVER), ""), get(key(K.PLACEMENT_OBJECTIVE), 0.0)
         if b is None or k is None:
@@ -517,7 +516,8 @@ def permute_neurons(src: str, dst: str, perms, neuron_order: Optional[str] = HOT
     kv = {K.NEURON_ORDER: (neuron_order, _T.GGUF_TYPE_STRING) if neuron_order else None}
     prefixes: Tuple[str, ...] = ()
     if has_placements and not identity:
-        warnings.warn("permute_neurons: the placement section referred to the old neuron order and was removed")
+        warnings.warn("permute_neurons: the placement section referred to the old neuron order and was removed",
+                      stacklevel=2)
         prefixes = (K.PLACEMENT_PREFIX,)
     return rewrite(src, dst, tensors, kv, drop_key_prefixes=prefixes)
 
@@ -544,7 +544,7 @@ def make_hot_first(src: str, dst: str, freqs=None, allow_requantize: bool = Fals
 
 def read(path: str) -> ExtendedInfo:
     """Everything neuron-aware in a file (float32 arrays, dequantized)."""
-    r = _core.GGUFReader(path)
+    r: Any = _core.GGUFReader(path)  # metadata values are typed by the file
     arch, n_layer, d, n = _dims(r)
     info = ExtendedInfo(arch, n_layer, d, n, powerinfer=bool(r.is_powerinfer))
     info.neuron_order = r.get(K.NEURON_ORDER)
@@ -580,7 +580,7 @@ class GpuIdx:
 
 def read_gpuidx(path: str) -> GpuIdx:
     """A PowerInfer .gpuidx file (magic PWRI or GGUF)."""
-    r = _core.GGUFReader(path)
+    r: Any = _core.GGUFReader(path)
     by_name = {t.name: t for t in r.tensors}
     idx, bucket = [], []
     il = 0

@@ -9,6 +9,7 @@ pinfer.datasets says what is fetched (the Austen corpus, SmolLM2) and caches it.
 """
 from __future__ import annotations
 
+import builtins
 import glob
 import gzip
 import io
@@ -81,20 +82,20 @@ class _RReader:
     def __init__(self, data: bytes):
         self.b = data
         self.p = 0
-        self.refs = []
-        self.attrs = {}
+        self.refs: list = []
+        self.attrs: dict = {}
 
-    def int(self) -> int:
+    def int(self) -> builtins.int:
         (v,) = struct.unpack_from(">i", self.b, self.p)
         self.p += 4
         return v
 
-    def bytes_(self, n: int) -> bytes:
+    def bytes_(self, n: builtins.int) -> bytes:
         v = self.b[self.p:self.p + n]
         self.p += n
         return v
 
-    def length(self) -> int:
+    def length(self) -> builtins.int:
         n = self.int()
         if n == -1:  # long vector: two 32-bit halves
             hi, lo = self.int(), self.int()
@@ -280,6 +281,13 @@ def _names(obj, attrs) -> list:
 
 # ------------------------------------------------------------- R data --------
 
+def _member_bytes(tar: tarfile.TarFile, members: dict, name: str, where: str) -> bytes:
+    f = tar.extractfile(members[name]) if name in members else None
+    if f is None:
+        raise RuntimeError(f"{where}: '{name}' is missing or not a regular file")
+    return f.read()
+
+
 def rdata_character_vectors(deb_path: str, objects) -> dict:
     """{title: text} of the R character vectors ``objects`` ((title, R name) pairs)
     in the lazy-load database data/Rdata.rdb of an R package's .deb."""
@@ -288,8 +296,7 @@ def rdata_character_vectors(deb_path: str, objects) -> dict:
         rdb_name = next((n for n in members if n.endswith("data/Rdata.rdb")), None)
         if rdb_name is None:
             raise RuntimeError(f"{deb_path}: no data/Rdata.rdb (is this an R package's .deb?)")
-        rdb = tar.extractfile(members[rdb_name]).read()
-        rdx = tar.extractfile(members[rdb_name[:-1] + "x"]).read()
+        rdb, rdx = (_member_bytes(tar, members, n, deb_path) for n in (rdb_name, rdb_name[:-1] + "x"))
     objs = _read_lazyload(rdx, rdb)
     books = {}
     for title, name in objects:

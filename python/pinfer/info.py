@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Any, Dict, List
 
 from . import keys as K
 from ._util import UserError
@@ -50,8 +51,11 @@ def main(args) -> int:
     r = _core.GGUFReader(args.model)
     types = r.types
     keys = r.keys
-    scalar = lambda k, d=None: r.get(k, d) if k in types and types[k] != _core.GGUF_TYPE_ARRAY \
-        and not isinstance(types[k], tuple) else d
+
+    def scalar(k: str, d: Any = None) -> Any:
+        is_scalar = k in types and types[k] != _core.GGUF_TYPE_ARRAY and not isinstance(types[k], tuple)
+        return r.get(k, d) if is_scalar else d
+
     arch = scalar("general.architecture", "?")
     if isinstance(arch, bytes):
         arch = arch.decode("utf-8", "replace")
@@ -73,13 +77,14 @@ def main(args) -> int:
     if tok_model is not None or "tokenizer.ggml.tokens" in types:
         n_tok = None
         if "tokenizer.ggml.tokens" in types:
-            n_tok = len(r.get("tokenizer.ggml.tokens"))
+            tokens: Any = r.get("tokenizer.ggml.tokens")  # an array
+            n_tok = len(tokens)
         tm = tok_model.decode() if isinstance(tok_model, bytes) else tok_model
         print(f"tokenizer:    {tm or '?'}" + (f", {n_tok} tokens" if n_tok is not None else "")
               + (", chat template" if "tokenizer.chat_template" in types else ""))
 
     tensors = r.tensors
-    by_type = {}
+    by_type: Dict[str, List[int]] = {}
     n_params = 0
     for t in tensors:
         n = 1
@@ -98,7 +103,8 @@ def main(args) -> int:
         print(f"  {tn:<6} {cnt:>6} {n:>12} {b / 2**20:>10.2f} {100 * b / max(total, 1):>5.1f}%")
 
     sparse_keys = [k for k in keys if k.startswith((K.PINFER_NAMESPACE, K.POWERINFER_NAMESPACE))]
-    groups = {"ffn_freq": 0, "fc1/fc2 (predictor)": 0, "ffn_down_t": 0, f"{K.GPUIDX_TENSOR_IDX}/{K.GPUIDX_TENSOR_BUCKET}": 0}
+    gpuidx = f"{K.GPUIDX_TENSOR_IDX}/{K.GPUIDX_TENSOR_BUCKET}"
+    groups = {"ffn_freq": 0, "fc1/fc2 (predictor)": 0, "ffn_down_t": 0, gpuidx: 0}
     for t in tensors:
         part = t.name.split(".")
         kind = part[2] if len(part) > 2 and part[0] == "blk" else ""
@@ -109,7 +115,7 @@ def main(args) -> int:
         elif kind == "ffn_down_t":
             groups["ffn_down_t"] += 1
         elif kind in (K.GPUIDX_TENSOR_IDX, K.GPUIDX_TENSOR_BUCKET):
-            groups[f"{K.GPUIDX_TENSOR_IDX}/{K.GPUIDX_TENSOR_BUCKET}"] += 1
+            groups[gpuidx] += 1
     if sparse_keys or any(groups.values()):
         print("sparse / placement:")
         for k in sparse_keys:

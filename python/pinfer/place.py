@@ -43,8 +43,6 @@ import sys
 import tempfile
 from typing import Dict, List, Optional, Sequence
 
-import numpy as np
-
 from . import keys as K
 from .outfile import signals_held
 
@@ -83,8 +81,8 @@ def _quantize(src: str, dst: str, type_name: str, threads: Optional[int]) -> Non
 
 def place(model: str, freq: str, out: str, budgets: Sequence[float], hw="rtx4090", plot: Optional[str] = None,
           type_name: Optional[str] = None, allow_requantize: bool = False, group: int = 64, ctx: int = 4096,
-          reserve_gib: float = 0.25, solver: str = K.SOLVER_ILP, time_limit: float = 60.0, threads: Optional[int] = None,
-          min_neurons: Optional[int] = None, log=None) -> dict:
+          reserve_gib: float = 0.25, solver: str = K.SOLVER_ILP, time_limit: float = 60.0,
+          threads: Optional[int] = None, min_neurons: Optional[int] = None, log=None) -> dict:
     """Permute ``model`` hot-first by the frequencies in ``freq``, optionally quantize
     to ``type_name``, solve a placement per budget (GiB) and write ``out``.
 
@@ -231,5 +229,6 @@ def main(args) -> int:
     if res["requantized"]:
         print(f"note: {len(res['requantized'])} block-quantized ffn_down matrices were decoded, permuted and "
               "encoded again (--allow-requantize: lossy)")
-    print(f"wrote {res['out']} ({len(res['placements'])} placement(s))" + (f", plot {res['plot']}" if res["plot"] else ""))
+    plotted = f", plot {res['plot']}" if res["plot"] else ""
+    print(f"wrote {res['out']} ({len(res['placements'])} placement(s))" + plotted)
     return 0

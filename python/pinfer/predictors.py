@@ -290,8 +290,10 @@ def _model_dims(model: str) -> Optional[Tuple[int, int, int]]:
     except ProfileError as e:
         raise PredictorError(str(e)) from None
     d, n = _dims(cfg, arch)
-    L = int(cfg.get("num_hidden_layers") or cfg.get("n_layer"))
-    return L, d, n
+    L = cfg.get("num_hidden_layers") or cfg.get("n_layer")
+    if L is None:
+        raise PredictorError(f"{model}: config.json has neither num_hidden_layers nor n_layer")
+    return int(L), d, n
 
 
 def train_predictors(model: Optional[str], data: str, out: str, base_gguf: str, recall: float = 0.95,

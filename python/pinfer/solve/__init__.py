@@ -110,15 +110,28 @@ budget uses the entry with the largest budget_bytes <= its budget.
 """
 from __future__ import annotations
 
-from ..extgguf import (Placement, PlacementError, add_placements, placement_kv, read_placements,
-                       write_placements)
+from ..extgguf import Placement, PlacementError, add_placements, placement_kv, read_placements, write_placements
 from .cli import add_parser, main
-from .cost import (GIB, Instance, ModelDesc, build_instance, check_placement, evaluate, freqs_from_gguf,
-                   hot_first, load_freqs, load_model, min_neurons_for, model_from_gguf, resident_breakdown)
+from .cost import (
+                       GIB,
+                       Instance,
+                       ModelDesc,
+                       build_instance,
+                       check_placement,
+                       evaluate,
+                       freqs_from_gguf,
+                       hot_first,
+                       load_freqs,
+                       load_model,
+                       min_neurons_for,
+                       model_from_gguf,
+                       resident_breakdown,
+)
 from .hardware import HARDWARE, Hardware, hardware
 from .report import plot, report, summary
-from .solver import (BALANCE, FORMULATIONS, SOLVERS, _available, _budget_bytes, solve, solve_greedy,
-                     solve_ilp)
+from .solver import BALANCE, FORMULATIONS, SOLVERS, solve, solve_greedy, solve_ilp
+from .solver import _available as _available  # used by pinfer.place
+from .solver import _budget_bytes as _budget_bytes  # used by pinfer.place
 
 __all__ = ["BALANCE", "FORMULATIONS", "GIB", "HARDWARE", "SOLVERS", "Hardware", "Instance", "ModelDesc",
            "Placement", "PlacementError", "add_parser", "add_placements", "build_instance", "check_placement",

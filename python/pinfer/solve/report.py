@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
@@ -13,7 +13,7 @@ from .cost import GIB, Instance
 
 
 def report(inst: Instance, placements: Sequence[Placement], greedy: Optional[Sequence[Placement]] = None) -> dict:
-    d = {
+    d: Dict[str, Any] = {
         "model": {"name": inst.model.name, "n_layer": inst.model.n_layer, "n_ff": inst.model.n_ff,
                   "neuron_bytes": inst.model.neuron_bytes},
         "hardware": dataclasses.asdict(inst.hw),

@@ -21,7 +21,7 @@ SOLVERS = (K.SOLVER_ILP, K.SOLVER_GREEDY)
 BALANCE = ("off", "makespan", "constraint")
 
 
-def _finish(inst: Instance, budget: int, solver: str, status: str, k: List[int], gap: float, t: float,
+def _finish(inst: Instance, budget: float, solver: str, status: str, k: List[int], gap: float, t: float,
             balance: str, note: str = "") -> Placement:
     e = evaluate(inst, k)
     return Placement(budget_bytes=int(budget), solver=solver, status=status, objective=e["objective"],
@@ -51,7 +51,7 @@ def solve_greedy(inst: Instance, budget_bytes: float) -> Placement:
     avail = _available(inst, budget_bytes)
     L = inst.model.n_layer
     kg = [0] * L  # groups taken
-    heap = []
+    heap: List[tuple] = []
 
     def push(l):
         q = inst.min_groups[l]
@@ -222,7 +222,7 @@ def _model_groups(inst: Instance, highspy, avail: float, balance: str, slack: fl
     x0 = md.cols(int(sum(G)), 0.0, 1.0, True, np.concatenate([inst.weights[l] * inst.mass[l] for l in range(L)]))
     xoff = x0 + np.concatenate([[0], np.cumsum(G)]).astype(np.int64)
     z0 = md.cols(L, 0.0, [0.0 if inst.min_neurons[l] > inst.freqs[l].size else 1.0 for l in range(L)], True)
-    t0 = md.cols(L, 0.0, md.inf, False) if makespan else None
+    t0 = md.cols(L, 0.0, md.inf, False) if makespan else 0  # t_l only with the makespan
     md.row(range(x0, x0 + int(sum(G))),
            np.concatenate([inst.sizes[l] * inst.model.neuron_bytes[l] for l in range(L)]) / scale,
            -md.inf, avail / scale)
@@ -357,7 +357,10 @@ def solve_ilp(inst: Instance, budget_bytes: float, time_limit: float = 60.0, mip
     viol = check_placement(inst, k, budget_bytes, balance, balance_slack_us)
     while viol and any("exceed the budget" in v for v in viol):
         cand = [l for l in range(L) if k[l] > 0]
-        l = min(cand, key=lambda i: inst.weights[i] * float(inst.freqs[i][(k[i] - 1) // inst.group * inst.group:k[i]].sum()))
+        def last_group_mass(i: int) -> float:
+            return inst.weights[i] * float(inst.freqs[i][(k[i] - 1) // inst.group * inst.group:k[i]].sum())
+
+        l = min(cand, key=last_group_mass)
         k[l] = (k[l] - 1) // inst.group * inst.group
         if k[l] < inst.min_neurons[l]:
             k[l] = 0
