@@ -174,6 +174,7 @@ def test_pyproject_declares_the_script():
     assert re.search(r'^\[project\.scripts\]\s*\npinfer = "pinfer\.cli:main"', text, re.M)
 
 
+@pytest.mark.network
 def test_perplexity_defaults_to_austen(model, capsys):
     from pinfer.datasets import austen
 
