@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 _root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -117,6 +118,26 @@ def llm(request, model):
 
     with Llama(model, n_ctx=128, seed=_module_seed(request, "LLM_SEED")) as m:
         yield m
+
+
+def greedy_continuation(path, prompt_tokens, n, n_ctx=128, precision="high"):
+    """The reference continuation: argmax of _core's logits, token by token, up to n
+    tokens, an end-of-generation token or a full context."""
+    from pinfer import _core
+
+    m = _core.Model(path)
+    ctx = _core.Context(m, n_ctx, 512, 2, precision=precision)
+    ctx.decode(prompt_tokens)
+    out = []
+    while len(out) < n:
+        t = int(np.argmax(ctx.logits()))
+        if m.is_eog(t):
+            break
+        out.append(t)
+        if ctx.n_past >= ctx.n_ctx:
+            break
+        ctx.decode([t])
+    return m, out
 
 
 # ---------------------------------------------------------------- the CLI

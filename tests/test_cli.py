@@ -7,9 +7,9 @@ pinfer-cli on PATH (installed by pip).
 import os
 import re
 
-import numpy as np
 import pytest
 
+from conftest import greedy_continuation
 from conftest import run_pinfer_cli as run  # noqa: F401  (test_cli_flags imports it from here)
 
 from pinfer import _core  # noqa: E402
@@ -27,19 +27,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def greedy_reference(path, prompt, n, n_ctx=256, precision="high"):
     """The argmax continuation computed from pinfer's logits through the Python API."""
-    m = _core.Model(path)
-    toks = m.tokenize(prompt, True, True)
-    ctx = _core.Context(m, n_ctx, 512, 2, precision=precision)
-    ctx.decode(toks)
-    out = []
-    for i in range(n):
-        t = int(np.argmax(ctx.logits()))
-        if m.is_eog(t):
-            break
-        out.append(t)
-        if ctx.n_past >= ctx.n_ctx:
-            break
-        ctx.decode([t])
+    toks = _core.Model(path).tokenize(prompt, True, True)
+    m, out = greedy_continuation(path, toks, n, n_ctx, precision)
     return toks, out, m.detokenize(out)
 
 

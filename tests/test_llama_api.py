@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import tinymodel
+from conftest import greedy_continuation
 
 import torch  # noqa: F401
 import transformers  # noqa: F401
@@ -25,18 +26,7 @@ LLM_SEED = 1234
 
 def greedy_tokens(path, prompt_tokens, n, n_ctx=128):
     """Argmax continuation from _core directly: (tokens, bytes)."""
-    m = _core.Model(path)
-    ctx = _core.Context(m, n_ctx, 512, 2)
-    ctx.decode(prompt_tokens)
-    out = []
-    while len(out) < n:
-        t = int(np.argmax(ctx.logits()))
-        if m.is_eog(t):
-            break
-        out.append(t)
-        if ctx.n_past >= ctx.n_ctx:
-            break
-        ctx.decode([t])
+    m, out = greedy_continuation(path, prompt_tokens, n, n_ctx)
     return out, m.detokenize(out)
 
 
