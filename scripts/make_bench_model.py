@@ -77,7 +77,7 @@ def import_pinfer():
 
 
 import_pinfer()
-from pinfer import _core, extgguf  # noqa: E402
+from pinfer import _core, extgguf, keys  # noqa: E402
 
 D, N_FF, N_HEAD, HEAD_DIM = 4096, 11008, 32, 128
 ROPE_THETA, RMS_EPS = 10000.0, 1e-5
@@ -261,7 +261,7 @@ def main(argv=None) -> int:
         w.add(f"llama.{k}", v, T.GGUF_TYPE_UINT32)
     w.add("llama.rope.freq_base", ROPE_THETA, T.GGUF_TYPE_FLOAT32)
     w.add("llama.attention.layer_norm_rms_epsilon", RMS_EPS, T.GGUF_TYPE_FLOAT32)
-    w.add("pinfer.ffn_act", "relu", T.GGUF_TYPE_STRING)
+    w.add(keys.FFN_ACT, "relu", T.GGUF_TYPE_STRING)
     w.add("tokenizer.ggml.model", "gpt2", T.GGUF_TYPE_STRING)
     w.add("tokenizer.ggml.pre", "default", T.GGUF_TYPE_STRING)  # llama.cpp rejects "gpt2"
     w.add("tokenizer.ggml.tokens", tokens, (T.GGUF_TYPE_ARRAY, T.GGUF_TYPE_STRING))
@@ -427,7 +427,7 @@ def main(argv=None) -> int:
         extgguf.add_sparse(ext, ext, predictors=preds, freqs=freqs, threshold=0.0,
                            predictor_type=_core.type_from_name("f16"))
         if args.order == "hot-first":
-            extgguf.rewrite(ext, ext, kv={extgguf.KEY_NEURON_ORDER: (extgguf.HOT_FIRST, T.GGUF_TYPE_STRING)})
+            extgguf.rewrite(ext, ext, kv={keys.NEURON_ORDER: (keys.NEURON_ORDER_HOT_FIRST, T.GGUF_TYPE_STRING)})
         log(f"wrote {ext} ({os.path.getsize(ext) / 2**30:.2f} GiB, {time.time() - t0:.0f} s)")
 
     sp = np.array([lr["sparsity"] for lr in layers_report])

@@ -41,12 +41,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def load_datasets_module():
-    """pinfer.datasets without importing pinfer/__init__ (which needs the built _core)."""
-    path = os.path.join(REPO, "python", "pinfer", "datasets.py")
-    spec = importlib.util.spec_from_file_location("pinfer_datasets", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """pinfer.datasets without running pinfer/__init__ (which needs the built _core)."""
+    import types
+
+    if "pinfer" not in sys.modules:  # a bare package: its submodules import, __init__ does not run
+        pkg = types.ModuleType("pinfer")
+        pkg.__path__ = [os.path.join(REPO, "python", "pinfer")]
+        sys.modules["pinfer"] = pkg
+    return importlib.import_module("pinfer.datasets")
 
 
 # ------------------------------------------------------------------ text --------

@@ -9,10 +9,13 @@
 
 #include "ggml-cpu.h"
 #include "gguf.h"
+#include "llama-keys.h"
 #include "llama-model-loader.h"
 #include "llama-model.h"
 
 namespace pinfer {
+
+namespace K = pinfer_keys;
 
 static std::runtime_error err(const std::string &msg) { return std::runtime_error(msg); }
 
@@ -129,15 +132,14 @@ void validate_model(const model &m) {
                               std::to_string(i));
 
     const sparse_meta &s = m.sparse;
-    check_finite_value(m.loader->has_key("pinfer.sparse.threshold") ? "pinfer.sparse.threshold"
-                                                                     : "powerinfer.sparse_threshold",
+    check_finite_value(m.loader->has_key(K::SPARSE_THRESHOLD) ? K::SPARSE_THRESHOLD : K::POWERINFER_THRESHOLD,
                        s.threshold);
     for (size_t il = 0; il < s.act_thresholds.size(); il++)
         if (!(std::isfinite(s.act_thresholds[il]) && s.act_thresholds[il] >= 0)) {
             char msg[128];
             snprintf(msg, sizeof msg, "' holds %g for layer %zu (expected a finite magnitude >= 0)",
                      s.act_thresholds[il], il);
-            throw err(std::string("model metadata key 'pinfer.sparse.act_thresholds") + msg);
+            throw err(std::string("model metadata key '") + K::SPARSE_ACT_THRESHOLDS + msg);
         }
 }
 

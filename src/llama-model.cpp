@@ -5,6 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "llama-keys.h"
 #include "llama-model-loader.h"
 #include "llama-model-validate.h"
 #include "llama-sparse-meta.h"
@@ -144,8 +145,8 @@ std::unique_ptr<model> load_model(const std::string &path) {
         throw std::runtime_error("unknown model architecture '" + m->hp.arch + "' (supported: " + list + ")");
     }
     m->arch->load_hparams(ml, m->hp);
-    const std::string act = ml.get_str("pinfer.ffn_act", ffn_act_name(m->hp.act));
-    if (!ffn_act_from_name(act, &m->hp.act)) throw std::runtime_error("unknown FFN activation '" + act + "' in pinfer.ffn_act");
+    const std::string act = ml.get_str(pinfer_keys::FFN_ACT, ffn_act_name(m->hp.act));
+    if (!ffn_act_from_name(act, &m->hp.act)) throw std::runtime_error("unknown FFN activation '" + act + "' in " + pinfer_keys::FFN_ACT);
     validate_hparams(ml, m->hp);  // before anything is sized by them
 
     prepare_sparse_tensors(ml, m->hp);  // PowerInfer files: rebuild ffn_down from ffn_down_t

@@ -10,10 +10,13 @@
 
 #include "ggml-cpu.h"
 #include "gguf.h"
+#include "llama-keys.h"
 #include "llama-model-loader.h"
 #include "llama-model.h"
 
 namespace pinfer {
+
+namespace K = pinfer_keys;
 
 static std::runtime_error err(const std::string &msg) { return std::runtime_error(msg); }
 
@@ -74,27 +77,28 @@ static double get_double(const model_loader &ml, const std::string &key, double 
 }
 
 static void load_placements(const model_loader &ml, model &m) {
-    const std::string ckey = "pinfer.placement.count";
+    const std::string ckey = K::PLACEMENT_COUNT;
     if (!ml.has_key(ckey)) return;
     const int64_t count = ml.get_int(ckey);
     if (count < 0 || count > 4096) throw err("model metadata key '" + ckey + "' is " + std::to_string(count) + " (expected 0..4096)");
     const uint32_t L = m.hp.n_layer;
     for (int64_t e = 0; e < count; e++) {
-        const std::string p = "pinfer.placement." + std::to_string(e) + ".";
+        const std::string p = K::PLACEMENT_PREFIX + std::to_string(e) + ".";
         placement pl;
-        const int64_t budget = ml.get_int(p + "budget_bytes");
-        if (budget < 0) throw err("model metadata key '" + p + "budget_bytes' is negative");
+        const int64_t budget = ml.get_int(p + K::PLACEMENT_BUDGET_BYTES);
+        if (budget < 0) throw err("model metadata key '" + p + K::PLACEMENT_BUDGET_BYTES + "' is negative");
         pl.budget_bytes = (uint64_t)budget;
-        pl.solver = ml.get_str(p + "solver", "");
-        pl.objective = get_double(ml, p + "objective", 0.0);
-        if (!ml.has_key(p + "gpu_neurons")) throw err("model metadata key '" + p + "gpu_neurons' is missing");
-        pl.k = ml.get_i32_array(p + "gpu_neurons");
+        pl.solver = ml.get_str(p + K::PLACEMENT_SOLVER, "");
+        pl.objective = get_double(ml, p + K::PLACEMENT_OBJECTIVE, 0.0);
+        const std::string kkey = p + K::PLACEMENT_GPU_NEURONS;
+        if (!ml.has_key(kkey)) throw err("model metadata key '" + kkey + "' is missing");
+        pl.k = ml.get_i32_array(kkey);
         if (pl.k.size() != L)
-            throw err("model metadata key '" + p + "gpu_neurons' has " + std::to_string(pl.k.size()) +
+            throw err("model metadata key '" + kkey + "' has " + std::to_string(pl.k.size()) +
                       " entries, expected " + std::to_string(L) + " (one per layer)");
         for (uint32_t il = 0; il < L; il++)
             if (pl.k[il] < 0 || (uint32_t)pl.k[il] > m.hp.n_ff)
-                throw err("model metadata key '" + p + "gpu_neurons' has " + std::to_string(pl.k[il]) + " for layer " +
+                throw err("model metadata key '" + kkey + "' has " + std::to_string(pl.k[il]) + " for layer " +
                           std::to_string(il) + ", outside [0, " + std::to_string(m.hp.n_ff) + "]");
         m.sparse.placements.push_back(std::move(pl));
     }
@@ -116,18 +120,19 @@ void load_sparse_meta(model_loader &ml, model &m) {
     const hparams &hp = m.hp;
     const int64_t d = hp.n_embd, n = hp.n_ff;
 
-    s.powerinfer = gguf_is_powerinfer(ml.gguf()) || ml.has_key("powerinfer.sparse_threshold");
-    s.threshold = ml.has_key("pinfer.sparse.threshold") ? ml.get_float("pinfer.sparse.threshold")
-                                                         : ml.get_float("powerinfer.sparse_threshold", 0.0f);
-    const std::string order = ml.get_str("pinfer.neuron_order", "");
-    if (!order.empty() && order != "hot-first")
-        throw err("model metadata key 'pinfer.neuron_order' is '" + order + "' (expected \"hot-first\")");
-    s.hot_first = order == "hot-first";
-    s.act_thresholds = ml.get_f32_array("pinfer.sparse.act_thresholds");
-    if (ml.has_key("pinfer.sparse.act_thresholds") && s.act_thresholds.size() != hp.n_layer)
-        throw err("model metadata key 'pinfer.sparse.act_thresholds' has " + std::to_string(s.act_thresholds.size()) +
+    s.powerinfer = gguf_is_powerinfer(ml.gguf()) || ml.has_key(K::POWERINFER_THRESHOLD);
+    s.threshold = ml.has_key(K::SPARSE_THRESHOLD) ? ml.get_float(K::SPARSE_THRESHOLD)
+                                                  : ml.get_float(K::POWERINFER_THRESHOLD, 0.0f);
+    const std::string order = ml.get_str(K::NEURON_ORDER, "");
+    if (!order.empty() && order != K::NEURON_ORDER_HOT_FIRST)
+        throw err(std::string("model metadata key '") + K::NEURON_ORDER + "' is '" + order + "' (expected \"" +
+                  K::NEURON_ORDER_HOT_FIRST + "\")");
+    s.hot_first = order == K::NEURON_ORDER_HOT_FIRST;
+    s.act_thresholds = ml.get_f32_array(K::SPARSE_ACT_THRESHOLDS);
+    if (ml.has_key(K::SPARSE_ACT_THRESHOLDS) && s.act_thresholds.size() != hp.n_layer)
+        throw err(std::string("model metadata key '") + K::SPARSE_ACT_THRESHOLDS + "' has " + std::to_string(s.act_thresholds.size()) +
                   " entries, expected " + std::to_string(hp.n_layer) + " (one per layer)");
-    s.mode_hint = ml.get_str("pinfer.sparse.mode_hint", "");
+    s.mode_hint = ml.get_str(K::SPARSE_MODE_HINT, "");
 
     for (uint32_t il = 0; il < hp.n_layer; il++) {
         layer_weights &l = m.layers[il];
@@ -161,7 +166,7 @@ void load_sparse_meta(model_loader &ml, model &m) {
     if (s.has_predictors) add("predictors");
     if (s.has_down_t) add("down_t");
     if (s.has_freq) add("freq");
-    if (s.hot_first) add("hot-first");
+    if (s.hot_first) add(K::NEURON_ORDER_HOT_FIRST);
     if (!s.act_thresholds.empty()) add("act thresholds");
     if (!s.mode_hint.empty()) add("mode " + s.mode_hint);
     if (!s.placements.empty()) add(std::to_string(s.placements.size()) + " placement(s)");
@@ -193,7 +198,7 @@ void load_gpuidx(model &m, const std::string &path) {
         return (const int32_t *)gguf_get_tensor_data(g.get(), i);
     };
     for (uint32_t il = 0; il < L; il++) {
-        const std::string ni = blk(il, "gpu_idx"), nb = blk(il, "gpu_bucket");
+        const std::string ni = blk(il, K::GPUIDX_TENSOR_IDX), nb = blk(il, K::GPUIDX_TENSOR_BUCKET);
         int64_t len_i, len_b;
         const int32_t *idx = i32_tensor(ni, &len_i);
         if (len_i != (int64_t)n)
@@ -214,7 +219,7 @@ void load_gpuidx(model &m, const std::string &path) {
             throw err(where + "tensor '" + nb + "' does not list the neurons that '" + ni + "' marks as on the GPU");
         for (size_t j = 0; j < ids.size() && prefix; j++) prefix = ids[j] == (int32_t)j;
     }
-    if (gguf_find_tensor(g.get(), blk(L, "gpu_idx").c_str()) >= 0)
+    if (gguf_find_tensor(g.get(), blk(L, K::GPUIDX_TENSOR_IDX).c_str()) >= 0)
         throw err(where + "it has more layers than the model (" + std::to_string(L) + ")");
 
     sparse_meta &s = m.sparse;
@@ -222,11 +227,11 @@ void load_gpuidx(model &m, const std::string &path) {
     s.gpu_neurons = std::move(sets);
     s.gpuidx_prefix = prefix;
     s.placements.erase(std::remove_if(s.placements.begin(), s.placements.end(),
-                                      [](const placement &p) { return p.solver == "powerinfer-gpuidx"; }),
+                                      [](const placement &p) { return p.solver == K::SOLVER_GPUIDX; }),
                        s.placements.end());
     if (!prefix) return;  // not expressible as prefixes: callers read gpu_neurons
     placement p;
-    const int64_t ki = gguf_find_key(g.get(), "split.vram_capacity");
+    const int64_t ki = gguf_find_key(g.get(), K::GPUIDX_VRAM_CAPACITY);
     if (ki >= 0) {
         const gguf_value *v = gguf_get_val(g.get(), ki);
         uint64_t u = 0;
@@ -235,9 +240,9 @@ void load_gpuidx(model &m, const std::string &path) {
         if (gguf_val_get_u64(v, &u)) p.budget_bytes = u;
         else if (gguf_val_get_i64(v, &x) && x >= 0) p.budget_bytes = (uint64_t)x;
         else if (gguf_val_get_u32(v, &u32)) p.budget_bytes = u32;
-        else throw err(where + "key 'split.vram_capacity' is not an unsigned integer");
+        else throw err(where + "key '" + K::GPUIDX_VRAM_CAPACITY + "' is not an unsigned integer");
     }
-    p.solver = "powerinfer-gpuidx";
+    p.solver = K::SOLVER_GPUIDX;
     for (uint32_t il = 0; il < L; il++) {
         p.k.push_back((int32_t)s.gpu_neurons[il].size());
         if (const ggml_tensor *f = m.layers[il].ffn_freq)

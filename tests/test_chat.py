@@ -244,6 +244,7 @@ def _smollm2_gguf():
     return None
 
 
+@pytest.mark.network
 def test_smollm2_template_from_gguf():
     path = _smollm2_gguf() or datasets.smollm2_path()
     import gguf

@@ -6,81 +6,29 @@ pinfer-cli on PATH (installed by pip).
 """
 import os
 import re
-import shutil
-import subprocess
-import sys
 
-import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import tinymodel  # noqa: E402
+from conftest import greedy_continuation
+from conftest import run_pinfer_cli as run  # noqa: F401  (test_cli_flags imports it from here)
 
 from pinfer import _core  # noqa: E402
 
 import torch  # noqa: F401
 import transformers  # noqa: F401
 
-
-def cli_path():
-    build = os.environ.get("PINFER_BUILD_DIR")
-    if build:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        p = os.path.join(build if os.path.isabs(build) else os.path.join(root, build), "pinfer-cli")
-        if not os.path.exists(p):
-            pytest.fail(f"{p} not found: build the tools")
-        return p
-    p = shutil.which("pinfer-cli")
-    if not p:
-        pytest.fail("pinfer-cli is not on PATH (pip install . installs it), nor is PINFER_BUILD_DIR set")
-    return p
+# the conftest fixtures: model, eos_model
+MODEL_SEED = 7
+EOS_SEED = 8
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CLI = None
-
-
-def run(*args, stdin=None, env=None, timeout=60):
-    global CLI
-    CLI = CLI or cli_path()
-    e = dict(os.environ)
-    e.pop("PINFER_DEFAULT_MODEL", None)
-    e.update(env or {})
-    r = subprocess.run([CLI, *map(str, args)], input=stdin, capture_output=True, timeout=timeout, env=e)
-    assert r.returncode >= 0, f"killed by signal {-r.returncode}: {r.stderr.decode(errors='replace')}"
-    return r
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    path, _ = tinymodel.tiny_model(str(tmp_path_factory.mktemp("cli") / "tiny.gguf"), n_embd=32, n_layer=2,
-                                   n_head=4, n_head_kv=2, n_ff=64, seed=7)
-    return path
-
-
-@pytest.fixture(scope="module")
-def eos_model(tmp_path_factory):
-    """A model whose every next token is <|im_end|> (end of generation)."""
-    path, _ = tinymodel.tiny_model(str(tmp_path_factory.mktemp("cli") / "eos.gguf"), n_embd=32, n_layer=1,
-                                   n_head=2, n_ff=32, seed=8, eos_always=10.0)
-    return path
 
 
 def greedy_reference(path, prompt, n, n_ctx=256, precision="high"):
     """The argmax continuation computed from pinfer's logits through the Python API."""
-    m = _core.Model(path)
-    toks = m.tokenize(prompt, True, True)
-    ctx = _core.Context(m, n_ctx, 512, 2, precision=precision)
-    ctx.decode(toks)
-    out = []
-    for i in range(n):
-        t = int(np.argmax(ctx.logits()))
-        if m.is_eog(t):
-            break
-        out.append(t)
-        if ctx.n_past >= ctx.n_ctx:
-            break
-        ctx.decode([t])
+    toks = _core.Model(path).tokenize(prompt, True, True)
+    m, out = greedy_continuation(path, toks, n, n_ctx, precision)
     return toks, out, m.detokenize(out)
 
 

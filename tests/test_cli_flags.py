@@ -3,30 +3,16 @@
 checked against argmax continuations from the model's own logits (_core)."""
 import os
 import re
-import sys
 
 import numpy as np
-import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import tinymodel  # noqa: E402
 from test_cli import ROOT, run  # noqa: E402
 
 from pinfer import _core  # noqa: E402
 
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    path, _ = tinymodel.tiny_model(str(tmp_path_factory.mktemp("flags") / "tiny.gguf"), n_embd=32, n_layer=2,
-                                   n_head=4, n_head_kv=2, n_ff=64, seed=9)
-    return path
-
-
-@pytest.fixture(scope="module")
-def eos_model(tmp_path_factory):
-    path, _ = tinymodel.tiny_model(str(tmp_path_factory.mktemp("flags") / "eos.gguf"), n_embd=32, n_layer=1,
-                                   n_head=2, n_ff=32, seed=8, eos_always=10.0)
-    return path
+# the conftest fixtures: model, eos_model
+MODEL_SEED = 9
+EOS_SEED = 8
 
 
 def argmax_bytes(path, prompt, n, ban_eog=False):

@@ -85,8 +85,8 @@ def test_quantize_subcommand(model, tmp_path, capfd):
 def test_quantize_tool_missing(model, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PINFER_BUILD_DIR", str(tmp_path))
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(cli.sysconfig, "get_path", lambda name: str(tmp_path))
-    monkeypatch.setattr(cli.sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setattr("sysconfig.get_path", lambda name: str(tmp_path))
+    monkeypatch.setattr("sys.executable", str(tmp_path / "python"))
     assert cli.main(["quantize", model, str(tmp_path / "o.gguf"), "q8_0"]) == 1
     err = capsys.readouterr().err
     assert "cannot find the 'pinfer-quantize' executable" in err and "PINFER_BUILD_DIR" in err
@@ -178,6 +178,7 @@ def test_pyproject_declares_the_script():
     assert re.search(r'^\[project\.scripts\]\s*\npinfer = "pinfer\.cli:main"', text, re.M)
 
 
+@pytest.mark.network
 def test_perplexity_defaults_to_austen(model, capsys):
     from pinfer.datasets import austen
 

@@ -12,7 +12,6 @@ Needs: pip install torch==2.13.0 transformers tokenizers sentencepiece safetenso
 """
 import json
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -23,8 +22,7 @@ import tokenizers  # noqa: F401
 import sentencepiece  # noqa: F401
 import gguf
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import tinymodel  # noqa: E402
+import tinymodel
 
 from pinfer import _core  # noqa: E402
 from pinfer import convert as cv  # noqa: E402

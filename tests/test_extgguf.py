@@ -12,14 +12,12 @@ byte by byte and must load. Malformed files must fail naming the tensor or key.
 Needs: pip install torch==2.13.0 transformers gguf
 """
 import os
-import sys
 
 import gguf
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import tinymodel  # noqa: E402
+import tinymodel
 
 from pinfer import _core  # noqa: E402
 from pinfer import extgguf as eg  # noqa: E402

@@ -7,17 +7,14 @@ Every file is built here: a tiny random llama (numpy weights, the byte-level
 BPE vocabulary of tinymodel.py) written by the `gguf` package, with one value
 changed."""
 import math
-import os
 import subprocess
-import sys
 import time
 
 import gguf
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import tinymodel  # noqa: E402
+import tinymodel
 
 from pinfer import Llama, _core  # noqa: E402
 from pinfer.cli import find_tool  # noqa: E402

@@ -9,13 +9,11 @@ identical. Traffic is checked against the byte formula of the plan.
 """
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import tinymodel  # noqa: E402
+import tinymodel
 
 from pinfer import _core, extgguf  # noqa: E402
 from pinfer.cli import find_tool  # noqa: E402

@@ -5,55 +5,28 @@ own logits (argmax continuations via _core.Context), against the C chat formatte
 and against the rules of the API (stream == non-stream, stop strings, usage).
 """
 import os
-import sys
 import threading
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import tinymodel  # noqa: E402
+import tinymodel
+from conftest import greedy_continuation
 
 import torch  # noqa: F401
 import transformers  # noqa: F401
 
 from pinfer import Llama, _core  # noqa: E402
 
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    path, _ = tinymodel.tiny_model(str(tmp_path_factory.mktemp("api") / "tiny.gguf"), n_embd=32, n_layer=2,
-                                   n_head=4, n_head_kv=2, n_ff=64, seed=21)
-    return path
-
-
-@pytest.fixture(scope="module")
-def eos_model(tmp_path_factory):
-    path, _ = tinymodel.tiny_model(str(tmp_path_factory.mktemp("api") / "eos.gguf"), n_embd=32, n_layer=1,
-                                   n_head=2, n_ff=32, seed=22, eos_always=10.0)
-    return path
-
-
-@pytest.fixture
-def llm(model):
-    with Llama(model, n_ctx=128, seed=1234) as m:
-        yield m
+# the conftest fixtures: model, eos_model, llm
+MODEL_SEED = 21
+EOS_SEED = 22
+LLM_SEED = 1234
 
 
 def greedy_tokens(path, prompt_tokens, n, n_ctx=128):
     """Argmax continuation from _core directly: (tokens, bytes)."""
-    m = _core.Model(path)
-    ctx = _core.Context(m, n_ctx, 512, 2)
-    ctx.decode(prompt_tokens)
-    out = []
-    while len(out) < n:
-        t = int(np.argmax(ctx.logits()))
-        if m.is_eog(t):
-            break
-        out.append(t)
-        if ctx.n_past >= ctx.n_ctx:
-            break
-        ctx.decode([t])
+    m, out = greedy_continuation(path, prompt_tokens, n, n_ctx)
     return out, m.detokenize(out)
 
 

@@ -1,29 +1,17 @@
 """Correctness details of the llama-cpp-python API: special-token text in prompts and
 in chat messages, metadata, a reply cut inside a UTF-8 character, interleaved
 streams, a missing model file."""
-import os
-import sys
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import tinymodel  # noqa: E402
+import tinymodel
 
 from pinfer import Llama  # noqa: E402
 
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    path, _ = tinymodel.tiny_model(str(tmp_path_factory.mktemp("details") / "tiny.gguf"), n_embd=32, n_layer=2,
-                                   n_head=4, n_head_kv=2, n_ff=64, seed=61)
-    return path
-
-
-@pytest.fixture
-def llm(model):
-    with Llama(model, n_ctx=128, seed=2) as m:
-        yield m
+# the conftest fixtures: model, llm
+MODEL_SEED = 61
+LLM_SEED = 2
 
 
 class PromptSpy:

@@ -12,8 +12,6 @@ pairs), so a wrong q/k permutation cannot hide behind a matching bug in pinfer.
 
 Needs: pip install torch==2.13.0 transformers
 """
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -22,8 +20,7 @@ import torch
 import transformers  # noqa: F401
 import gguf
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import tinymodel  # noqa: E402
+import tinymodel
 
 from pinfer import _core  # noqa: E402
 

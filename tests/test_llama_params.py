@@ -7,16 +7,15 @@ for their effect here (logit_bias, logits_processor, stopping_criteria, chat_for
 type_k, model, temp, last_n_tokens_size) or in their own files (grammar, logprobs).
 """
 import inspect
-import os
-import sys
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import tinymodel  # noqa: E402
-
 from pinfer import Llama, LogitsProcessorList, StoppingCriteriaList, _core, compat  # noqa: E402
+
+# the conftest fixtures: model, llm
+MODEL_SEED = 31
+LLM_SEED = 7
 
 UPSTREAM_INIT = """model_path n_gpu_layers split_mode main_gpu tensor_split rpc_servers vocab_only use_mmap
 use_mlock kv_overrides seed n_ctx n_batch n_ubatch n_threads n_threads_batch rope_scaling_type pooling_type
@@ -34,19 +33,6 @@ top_logprobs""".split()
 UPSTREAM_GENERATE = """tokens top_k top_p min_p typical_p temp repeat_penalty reset frequency_penalty
 presence_penalty tfs_z mirostat_mode mirostat_tau mirostat_eta penalize_nl logits_processor
 stopping_criteria grammar""".split()
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    path, _ = tinymodel.tiny_model(str(tmp_path_factory.mktemp("params") / "tiny.gguf"), n_embd=32, n_layer=2,
-                                   n_head=4, n_head_kv=2, n_ff=64, seed=31)
-    return path
-
-
-@pytest.fixture
-def llm(model):
-    with Llama(model, n_ctx=128, seed=7) as m:
-        yield m
 
 
 def other_value(default):

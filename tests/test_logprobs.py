@@ -1,29 +1,15 @@
 """Completion logprobs=N and chat logprobs/top_logprobs in OpenAI's formats, checked
 against log_softmax (numpy float64) of the logits _core computes for the same tokens."""
 import math
-import os
-import sys
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import tinymodel  # noqa: E402
+from pinfer import _core  # noqa: E402
 
-from pinfer import Llama, _core  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    path, _ = tinymodel.tiny_model(str(tmp_path_factory.mktemp("lp") / "tiny.gguf"), n_embd=32, n_layer=2,
-                                   n_head=4, n_head_kv=2, n_ff=64, seed=41)
-    return path
-
-
-@pytest.fixture
-def llm(model):
-    with Llama(model, n_ctx=128, seed=5) as m:
-        yield m
+# the conftest fixtures: model, llm
+MODEL_SEED = 41
+LLM_SEED = 5
 
 
 def reference(path, prompt_tokens, generated):

@@ -14,8 +14,7 @@ import time
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import tinymodel  # noqa: E402
+import tinymodel
 
 from pinfer import _core, outfile  # noqa: E402
 from pinfer.cli import find_tool, main as cli_main  # noqa: E402

@@ -160,6 +160,7 @@ def test_window_plan():
     assert scored == list(range(1, plan[-1][0] + 128))
 
 
+@pytest.mark.network
 def test_smollm2_q4_1_vs_transformers_gguf():
     from pinfer.datasets import austen, smollm2_path
 

@@ -6,13 +6,11 @@ attention and norms called by hand, the gate projection in numpy float64), not
 through profile's hooks; predictors are re-evaluated in numpy from the GGUF."""
 import json
 import os
-import sys
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-import tinymodel  # noqa: E402
+import tinymodel
 
 import torch  # noqa: E402  (the offline tools need torch: test extra)
 from transformers import AutoTokenizer  # noqa: E402

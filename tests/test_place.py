@@ -8,13 +8,11 @@ engine's GGUF profile against the torch profile of the HF model."""
 import os
 import re
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-import tinymodel  # noqa: E402
+import tinymodel
 
 import torch  # noqa: E402  (the offline tools need torch: test extra)
 import gguf  # noqa: E402

@@ -10,8 +10,7 @@ import time
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import tinymodel  # noqa: E402
+import tinymodel
 
 from pinfer import Llama, chat_template  # noqa: E402
 from pinfer.cli import find_tool  # noqa: E402

@@ -28,7 +28,7 @@ import transformers
 
 import gguf
 
-from pinfer import _core, datasets  # noqa: E402
+from pinfer import _core  # noqa: E402
 
 N_POS = 1000
 
@@ -40,13 +40,13 @@ def log_softmax(x):
 
 
 @pytest.fixture(scope="module")
-def smollm2():
-    return datasets.smollm2_path()
+def smollm2(smollm2_gguf):
+    return smollm2_gguf
 
 
 @pytest.fixture(scope="module")
-def tokens(smollm2):
-    text = datasets.austen()
+def tokens(smollm2, austen_text):
+    text = austen_text
     # a passage from inside a novel (past the title pages)
     start = text.index("The family of Dashwood")
     m = _core.Model(smollm2)

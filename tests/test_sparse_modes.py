@@ -10,7 +10,6 @@ import copy
 import os
 import re
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -18,8 +17,7 @@ import pytest
 import torch
 import transformers  # noqa: F401,E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import tinymodel  # noqa: E402
+import tinymodel
 
 from pinfer import _core, calibrate, extgguf  # noqa: E402
 from pinfer import convert as cv  # noqa: E402

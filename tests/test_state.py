@@ -1,23 +1,14 @@
 """save_state()/load_state(): the restored context gives the same logits bit for bit
 and the same continuations; set_seed(), sample(), token_nl()."""
-import os
 import pickle
-import sys
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import tinymodel  # noqa: E402
-
 from pinfer import Llama, _core  # noqa: E402
 
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    path, _ = tinymodel.tiny_model(str(tmp_path_factory.mktemp("state") / "tiny.gguf"), n_embd=32, n_layer=2,
-                                   n_head=4, n_head_kv=2, n_ff=64, seed=51)
-    return path
+# the conftest fixtures: model
+MODEL_SEED = 51
 
 
 def test_state_reload_is_bit_exact(model):

@@ -53,8 +53,8 @@ def _books():
 
 
 @pytest.fixture(scope="module")
-def austen():
-    return "\n\n".join(_books().values())
+def austen(austen_text):
+    return austen_text
 
 
 def _field(reader, key, default=None):
@@ -85,8 +85,8 @@ def vocab_from_gguf(reader, pre=None):
 
 
 @pytest.fixture(scope="module")
-def smol():
-    path = datasets.smollm2_path()
+def smol(smollm2_gguf):
+    path = smollm2_gguf
     reader = gguf.GGUFReader(path)
     assert _field(reader, "tokenizer.ggml.pre") == "smollm"
     hf_gguf = transformers.AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
@@ -307,6 +307,7 @@ def test_errors_name_the_problem():
 
 # ---------------------------------------------------------------- datasets ---
 
+@pytest.mark.network
 def test_austen_books():
     books = _books()
     assert list(books) == [t for t, _ in datasets.AUSTEN_BOOKS]

@@ -25,6 +25,8 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from . import keys as K
+
 __all__ = ["calibrate", "calibration_tokens", "observe", "profile_engine", "add_parser", "main"]
 
 
@@ -113,7 +115,7 @@ def calibrate(model_path: str, target_sparsity: float, corpus: Optional[str] = N
             ctx.close()
     finally:
         model.close()
-    extgguf.add_sparse(model_path, out, act_thresholds=thr, mode_hint="threshold")
+    extgguf.add_sparse(model_path, out, act_thresholds=thr, mode_hint=K.MODE_HINT_THRESHOLD)
     return {"model": model_path, "out": out, "target_sparsity": float(target_sparsity),
             "n_tokens": len(tokens), "thresholds": thr.tolist()}
 

@@ -43,31 +43,20 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from . import _core
+from . import keys as K
 from .outfile import atomic_output
 
-from . import _core
-
-KEY_NEURON_ORDER = "pinfer.neuron_order"
-KEY_THRESHOLD = "pinfer.sparse.threshold"
-KEY_ACT_THRESHOLDS = "pinfer.sparse.act_thresholds"
-KEY_MODE_HINT = "pinfer.sparse.mode_hint"
-KEY_PLACEMENT_COUNT = "pinfer.placement.count"
-PLACEMENT_PREFIX = "pinfer.placement."
-KEY_POWERINFER_THRESHOLD = "powerinfer.sparse_threshold"
-KEY_GPUIDX_VRAM = "split.vram_capacity"
-HOT_FIRST = "hot-first"
+HOT_FIRST = K.NEURON_ORDER_HOT_FIRST
+POWERINFER_MAGIC = K.POWERINFER_MAGIC
+placement_key = K.placement_key
 
 _T = _core  # value type ids: _core.GGUF_TYPE_*
-
-
-def placement_key(i: int, field_name: str) -> str:
-    """``pinfer.placement.<i>.<field>``."""
-    return f"{PLACEMENT_PREFIX}{i}.{field_name}"
 
 
 def _type_id(name: str) -> int:
@@ -87,12 +76,36 @@ class Tensor:
     shape: Tuple[int, ...]
 
 
+class PlacementError(ValueError):
+    """A malformed placement section, bad placements to write, or bad input to the
+    placement solver (a clear message, no traceback in the CLI)."""
+
+
 @dataclass
 class Placement:
+    """One entry of the placement section: for a VRAM budget, k_l per layer (neurons
+    ``[0, k_l)`` of layer l's hot-first order on the GPU). The file stores the first
+    four fields; the solver fills the rest for its report."""
     budget_bytes: int
     solver: str
-    objective: float
-    gpu_neurons: List[int]
+    objective: float                 # the solver's primary objective, sum_l w_l F_l(k_l)
+    gpu_neurons: List[int]           # k_l
+    status: str = "stored"
+    mip_gap: float = 0.0
+    time_s: float = 0.0
+    resident_bytes: float = 0.0
+    ffn_gpu_bytes: float = 0.0
+    mass_fraction: float = 0.0       # unweighted GPU mass / total mass
+    layers_on_gpu: int = 0
+    est_token_ms: float = 0.0        # sum_l max(T_cpu_l, T_gpu_l)
+    est_cpu_only_ms: float = 0.0
+    balance: str = "off"
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["budget_gib"] = self.budget_bytes / float(1 << 30)
+        return d
 
 
 @dataclass
@@ -179,27 +192,28 @@ def rewrite(src: str, dst: str, tensors: Optional[Mapping[str, Optional[TensorLi
     w = _core.GGUFWriter()
     for key in r.keys:
         if key in kv:
-            if kv[key] is not None:
-                w.add(key, kv[key][0], kv[key][1])
+            entry = kv[key]
+            if entry is not None:
+                w.add(key, entry[0], entry[1])
             continue
         if key in drop or (prefixes and key.startswith(prefixes)):
             continue
         w.add(key, meta[key], types[key])
-    for key, v in kv.items():
-        if key not in meta and v is not None:
-            w.add(key, v[0], v[1])
+    for key, entry in kv.items():
+        if key not in meta and entry is not None:
+            w.add(key, entry[0], entry[1])
     for t in r.tensors:
         if t.name in tensors:
-            v = tensors.pop(t.name)
-            if v is not None:
-                v = _as_tensor(v)
-                w.add_tensor(t.name, v.data, v.type, list(v.shape))
+            given = tensors.pop(t.name)
+            if given is not None:
+                x = _as_tensor(given)
+                w.add_tensor(t.name, x.data, x.type, list(x.shape))
             continue
         w.add_tensor(t.name, t.data, t.type, list(t.shape))
-    for name, v in tensors.items():
-        if v is not None:
-            v = _as_tensor(v)
-            w.add_tensor(name, v.data, v.type, list(v.shape))
+    for name, given in tensors.items():
+        if given is not None:
+            x = _as_tensor(given)
+            w.add_tensor(name, x.data, x.type, list(x.shape))
     w.write(dst)  # atomic: temp file, fsync, rename
     del r
     return dst
@@ -231,24 +245,121 @@ def _layer_list(values, n_layer: int, what: str) -> List:
     return values
 
 
-def placement_kv(placements: Sequence[Union[Placement, Mapping]], n_layer: int, n_ff: int) -> Dict[str, Tuple]:
-    """The keys of a placement section (for rewrite's kv)."""
-    out: Dict[str, Tuple] = {KEY_PLACEMENT_COUNT: (len(placements), _T.GGUF_TYPE_UINT32)}
-    for i, p in enumerate(placements):
-        if isinstance(p, Mapping):
-            p = Placement(int(p["budget_bytes"]), str(p.get("solver", "")), float(p.get("objective", 0.0)),
-                          list(p["gpu_neurons"]))
+def _as_placement(p: Union[Placement, Mapping]) -> Placement:
+    if isinstance(p, Mapping):
+        return Placement(int(p["budget_bytes"]), str(p.get("solver", "")), float(p.get("objective", 0.0)),
+                         list(p["gpu_neurons"]))
+    return p
+
+
+def placement_kv(placements: Sequence[Union[Placement, Mapping]], n_layer: Optional[int] = None,
+                 n_ff: Optional[int] = None) -> Dict[str, Tuple]:
+    """The keys of a placement section (for rewrite's kv), entries sorted by budget.
+
+    Checks what every reader requires: at least one entry, no two for the same
+    budget, budgets in [0, 2^64), n_layer values of k per entry (the first entry's
+    count when n_layer is None), each in [0, n_ff] (or [0, 2^31) without n_ff)."""
+    pls = sorted((_as_placement(p) for p in placements), key=lambda p: p.budget_bytes)
+    if not pls:
+        raise PlacementError("no placements to write")
+    for a, b in zip(pls, pls[1:]):
+        if a.budget_bytes == b.budget_bytes:
+            raise PlacementError(f"two placements for the same budget ({a.budget_bytes} bytes)")
+    L = len(pls[0].gpu_neurons) if n_layer is None else int(n_layer)
+    hi = int(n_ff) if n_ff is not None else int(np.iinfo(np.int32).max)
+    out: Dict[str, Tuple] = {K.PLACEMENT_COUNT: (len(pls), _T.GGUF_TYPE_UINT32)}
+    for i, p in enumerate(pls):
+        key = f"{K.PLACEMENT_PREFIX}{i}.".__add__  # pinfer.placement.<i>.<field>
         k = np.asarray(p.gpu_neurons, dtype=np.int64)
-        if k.shape != (n_layer,):
-            raise ValueError(f"{placement_key(i, 'gpu_neurons')}: {k.size} entries, expected {n_layer} (one per layer)")
-        if (k < 0).any() or (k > n_ff).any():
-            raise ValueError(f"{placement_key(i, 'gpu_neurons')}: values must lie in [0, {n_ff}]")
-        if p.budget_bytes < 0:
-            raise ValueError(f"{placement_key(i, 'budget_bytes')}: negative budget")
-        out[placement_key(i, "budget_bytes")] = (int(p.budget_bytes), _T.GGUF_TYPE_UINT64)
-        out[placement_key(i, "solver")] = (p.solver, _T.GGUF_TYPE_STRING)
-        out[placement_key(i, "objective")] = (float(p.objective), _T.GGUF_TYPE_FLOAT64)
-        out[placement_key(i, "gpu_neurons")] = (k.astype(np.int32), (_T.GGUF_TYPE_ARRAY, _T.GGUF_TYPE_INT32))
+        if k.shape != (L,):
+            raise PlacementError(f"{key(K.PLACEMENT_GPU_NEURONS)}: {k.size} entries, expected {L} (one per layer)")
+        if (k < 0).any() or (k > hi).any():
+            raise PlacementError(f"{key(K.PLACEMENT_GPU_NEURONS)}: values must lie in [0, {hi}]")
+        if not 0 <= p.budget_bytes < 1 << 64:
+            raise PlacementError(f"{key(K.PLACEMENT_BUDGET_BYTES)}: {p.budget_bytes} is outside [0, 2^64)")
+        out[key(K.PLACEMENT_BUDGET_BYTES)] = (int(p.budget_bytes), _T.GGUF_TYPE_UINT64)
+        out[key(K.PLACEMENT_SOLVER)] = (str(p.solver), _T.GGUF_TYPE_STRING)
+        out[key(K.PLACEMENT_OBJECTIVE)] = (float(p.objective), _T.GGUF_TYPE_FLOAT64)
+        out[key(K.PLACEMENT_GPU_NEURONS)] = (k.astype(np.int32), (_T.GGUF_TYPE_ARRAY, _T.GGUF_TYPE_INT32))
+    return out
+
+
+def add_placements(writer, placements: Sequence[Union[Placement, Mapping]], n_layer: Optional[int] = None,
+                   n_ff: Optional[int] = None) -> None:
+    """Add the placement section to a ``pinfer._core.GGUFWriter`` or a ``gguf.GGUFWriter``."""
+    kv = placement_kv(placements, n_layer, n_ff)
+    if not hasattr(writer, "add_uint64"):  # pinfer's own writer takes the type spec
+        for key, (v, t) in kv.items():
+            writer.add(key, v, t)
+        return
+    import gguf  # the gguf package's writer: one method per type
+    for key, (v, t) in kv.items():
+        if t == _T.GGUF_TYPE_UINT32:
+            writer.add_uint32(key, v)
+        elif t == _T.GGUF_TYPE_UINT64:
+            writer.add_uint64(key, v)
+        elif t == _T.GGUF_TYPE_STRING:
+            writer.add_string(key, v)
+        elif t == _T.GGUF_TYPE_FLOAT64:
+            writer.add_float64(key, v)
+        else:
+            writer.add_key_value(key, [int(x) for x in v], gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.INT32)
+
+
+def _placement_dims(r) -> Tuple[Optional[int], Optional[int]]:
+    """(n_layer, n_ff) of a reader's model when its keys give them, else None."""
+    arch = r.get("general.architecture")
+    if arch is None:
+        return None, None
+    n_layer, n_ff = r.get(f"{arch}.block_count"), r.get(f"{arch}.feed_forward_length")
+    if n_ff is not None and not isinstance(n_ff, (int, np.integer)):
+        n_ff = max(int(x) for x in n_ff)  # per-layer sizes: the largest bounds every k
+    return (None if n_layer is None else int(n_layer)), (None if n_ff is None else int(n_ff))
+
+
+def write_placements(src: str, dst: str, placements: Sequence[Union[Placement, Mapping]]) -> str:
+    """``src`` with its placement section replaced by ``placements`` (dst may be src)."""
+    r = _core.GGUFReader(src)
+    n_layer, n_ff = _placement_dims(r)
+    del r
+    kv = placement_kv(placements, n_layer, n_ff)  # validated before any tensor is read
+    return rewrite(src, dst, kv=kv, drop_key_prefixes=(K.PLACEMENT_PREFIX,))
+
+
+def read_placements(reader, n_layer: Optional[int] = None, n_ff: Optional[int] = None) -> List[Placement]:
+    """The placement section of a GGUF (a ``pinfer._core.GGUFReader``, or a metadata dict).
+
+    Returns [] when the file has none; raises PlacementError when it is malformed."""
+    get = reader.get
+    count = get(K.PLACEMENT_COUNT)
+    if count is None:
+        return []
+    if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1 or count > 1 << 16:
+        raise PlacementError(f"{K.PLACEMENT_COUNT}: expected a positive integer, got {count!r}")
+    out: List[Placement] = []
+    for i in range(int(count)):
+        key = f"{K.PLACEMENT_PREFIX}{i}.".__add__  # pinfer.placement.<i>.<field>
+        b, k = get(key(K.PLACEMENT_BUDGET_BYTES)), get(key(K.PLACEMENT_GPU_NEURONS))
+        s, o = get(key(K.PLACEMENT_SOLVER), ""), get(key(K.PLACEMENT_OBJECTIVE), 0.0)
+        if b is None or k is None:
+            raise PlacementError(f"placement {i}: '{key(K.PLACEMENT_BUDGET_BYTES)}' or "
+                                 f"'{K.PLACEMENT_GPU_NEURONS}' is missing")
+        if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 0:
+            raise PlacementError(f"{key(K.PLACEMENT_BUDGET_BYTES)}: expected an unsigned integer, got {b!r}")
+        if not isinstance(s, str):
+            raise PlacementError(f"{key(K.PLACEMENT_SOLVER)}: expected a string")
+        if isinstance(o, bool) or not isinstance(o, (int, float, np.integer, np.floating)):
+            raise PlacementError(f"{key(K.PLACEMENT_OBJECTIVE)}: expected a number")
+        k = np.asarray(k)
+        if k.ndim != 1 or k.dtype.kind not in "iu" or np.any(k < 0):
+            raise PlacementError(f"{key(K.PLACEMENT_GPU_NEURONS)}: expected an array of integers >= 0")
+        if n_layer is not None and k.size != n_layer:
+            raise PlacementError(f"{key(K.PLACEMENT_GPU_NEURONS)}: {k.size} entries for {n_layer} layers")
+        if n_ff is not None and np.any(k > n_ff):
+            raise PlacementError(f"{key(K.PLACEMENT_GPU_NEURONS)}: values must lie in [0, {n_ff}]")
+        if out and int(b) <= out[-1].budget_bytes:
+            raise PlacementError(f"{key(K.PLACEMENT_BUDGET_BYTES)}: entries must have increasing budgets")
+        out.append(Placement(int(b), s, float(o), [int(x) for x in k]))
     return out
 
 
@@ -285,18 +396,18 @@ def add_sparse(src: str, dst: str, predictors=None, freqs=None, threshold: Optio
             raise ValueError(f"blk.{il}.ffn_freq: shape {f.shape}, expected ({n},)")
         tensors[f"blk.{il}.ffn_freq"] = f
     if threshold is not None:
-        kv[KEY_THRESHOLD] = (float(threshold), _T.GGUF_TYPE_FLOAT32)
+        kv[K.SPARSE_THRESHOLD] = (float(threshold), _T.GGUF_TYPE_FLOAT32)
     if act_thresholds is not None:
         a = np.asarray(act_thresholds, dtype=np.float32)
         if a.shape != (n_layer,):
-            raise ValueError(f"{KEY_ACT_THRESHOLDS}: {a.size} entries, expected {n_layer} (one per layer)")
-        kv[KEY_ACT_THRESHOLDS] = (a, (_T.GGUF_TYPE_ARRAY, _T.GGUF_TYPE_FLOAT32))
+            raise ValueError(f"{K.SPARSE_ACT_THRESHOLDS}: {a.size} entries, expected {n_layer} (one per layer)")
+        kv[K.SPARSE_ACT_THRESHOLDS] = (a, (_T.GGUF_TYPE_ARRAY, _T.GGUF_TYPE_FLOAT32))
     if mode_hint is not None:
-        kv[KEY_MODE_HINT] = (mode_hint, _T.GGUF_TYPE_STRING)
+        kv[K.SPARSE_MODE_HINT] = (mode_hint, _T.GGUF_TYPE_STRING)
     drop_prefixes: Tuple[str, ...] = ()
     if placements is not None:
         kv.update(placement_kv(placements, n_layer, n))
-        drop_prefixes = (PLACEMENT_PREFIX,)  # old entries not rewritten go
+        drop_prefixes = (K.PLACEMENT_PREFIX,)  # old entries not rewritten go
     return rewrite(src, dst, tensors, kv, drop_key_prefixes=drop_prefixes)
 
 
@@ -400,13 +511,14 @@ def permute_neurons(src: str, dst: str, perms, neuron_order: Optional[str] = HOT
             if tuple(t.shape) != (d, n):
                 raise ValueError(f"model tensor '{p}ffn_down.weight' has shape {tuple(t.shape)}, expected ({d}, {n})")
             tensors[p + "ffn_down.weight"] = _permute_cols(t, perm, allow_requantize, p + "ffn_down.weight")
-    has_placements = r.get(KEY_PLACEMENT_COUNT) is not None
+    has_placements = r.get(K.PLACEMENT_COUNT) is not None
     del r, by_name
-    kv = {KEY_NEURON_ORDER: (neuron_order, _T.GGUF_TYPE_STRING) if neuron_order else None}
+    kv = {K.NEURON_ORDER: (neuron_order, _T.GGUF_TYPE_STRING) if neuron_order else None}
     prefixes: Tuple[str, ...] = ()
     if has_placements and not identity:
-        warnings.warn("permute_neurons: the placement section referred to the old neuron order and was removed")
-        prefixes = (PLACEMENT_PREFIX,)
+        warnings.warn("permute_neurons: the placement section referred to the old neuron order and was removed",
+                      stacklevel=2)
+        prefixes = (K.PLACEMENT_PREFIX,)
     return rewrite(src, dst, tensors, kv, drop_key_prefixes=prefixes)
 
 
@@ -432,27 +544,19 @@ def make_hot_first(src: str, dst: str, freqs=None, allow_requantize: bool = Fals
 
 def read(path: str) -> ExtendedInfo:
     """Everything neuron-aware in a file (float32 arrays, dequantized)."""
-    r = _core.GGUFReader(path)
+    r: Any = _core.GGUFReader(path)  # metadata values are typed by the file
     arch, n_layer, d, n = _dims(r)
     info = ExtendedInfo(arch, n_layer, d, n, powerinfer=bool(r.is_powerinfer))
-    info.neuron_order = r.get(KEY_NEURON_ORDER)
-    thr = r.get(KEY_THRESHOLD)
+    info.neuron_order = r.get(K.NEURON_ORDER)
+    thr = r.get(K.SPARSE_THRESHOLD)
     if thr is None:
-        thr = r.get(KEY_POWERINFER_THRESHOLD)
+        thr = r.get(K.POWERINFER_THRESHOLD)
         info.powerinfer |= thr is not None
     info.threshold = float(thr) if thr is not None else 0.0
-    a = r.get(KEY_ACT_THRESHOLDS)
+    a = r.get(K.SPARSE_ACT_THRESHOLDS)
     info.act_thresholds = None if a is None else np.asarray(a, dtype=np.float32)
-    info.mode_hint = r.get(KEY_MODE_HINT)
-    count = r.get(KEY_PLACEMENT_COUNT)
-    for i in range(int(count or 0)):
-        k = r.get(placement_key(i, "gpu_neurons"))
-        if k is None or r.get(placement_key(i, "budget_bytes")) is None:
-            raise ValueError(f"placement {i}: '{placement_key(i, 'budget_bytes')}' or 'gpu_neurons' is missing")
-        info.placements.append(Placement(int(r.get(placement_key(i, "budget_bytes"))),
-                                         str(r.get(placement_key(i, "solver"), "")),
-                                         float(r.get(placement_key(i, "objective"), 0.0)),
-                                         [int(x) for x in k]))
+    info.mode_hint = r.get(K.SPARSE_MODE_HINT)
+    info.placements = read_placements(r, n_layer, n)
     by_name = {t.name: t for t in r.tensors}
     for il in range(n_layer):
         p = f"blk.{il}."
@@ -467,9 +571,6 @@ def read(path: str) -> ExtendedInfo:
 
 # ---------------------------------------------------------------- PowerInfer .gpuidx
 
-POWERINFER_MAGIC = b"PWRI"
-
-
 @dataclass
 class GpuIdx:
     vram_capacity: int
@@ -479,18 +580,18 @@ class GpuIdx:
 
 def read_gpuidx(path: str) -> GpuIdx:
     """A PowerInfer .gpuidx file (magic PWRI or GGUF)."""
-    r = _core.GGUFReader(path)
+    r: Any = _core.GGUFReader(path)
     by_name = {t.name: t for t in r.tensors}
     idx, bucket = [], []
     il = 0
-    while f"blk.{il}.gpu_idx" in by_name:
-        idx.append(np.array(by_name[f"blk.{il}.gpu_idx"].data, dtype=np.int32))
-        b = by_name.get(f"blk.{il}.gpu_bucket")
+    while K.blk(il, K.GPUIDX_TENSOR_IDX) in by_name:
+        idx.append(np.array(by_name[K.blk(il, K.GPUIDX_TENSOR_IDX)].data, dtype=np.int32))
+        b = by_name.get(K.blk(il, K.GPUIDX_TENSOR_BUCKET))
         if b is None:
-            raise ValueError(f"gpuidx file '{path}': tensor 'blk.{il}.gpu_bucket' is missing")
+            raise ValueError(f"gpuidx file '{path}': tensor '{K.blk(il, K.GPUIDX_TENSOR_BUCKET)}' is missing")
         bucket.append(np.array(b.data, dtype=np.int32))
         il += 1
-    return GpuIdx(int(r.get(KEY_GPUIDX_VRAM, 0)), idx, bucket)
+    return GpuIdx(int(r.get(K.GPUIDX_VRAM_CAPACITY, 0)), idx, bucket)
 
 
 def set_magic(path: str, magic: bytes) -> None:
@@ -509,17 +610,17 @@ def write_gpuidx(path: str, gpu_sets: Sequence[Sequence[int]], n_ff: int, vram_c
     (I32 [n_ff], 1 = GPU) and blk.N.gpu_bucket (I32, GPU ids ascending),
     split.vram_capacity, magic PWRI (pass b"GGUF" for a plain GGUF)."""
     w = _core.GGUFWriter()
-    w.add("general.architecture", "generic.gpu_index", _T.GGUF_TYPE_STRING)
-    w.add("generic.gpu_index.block_count", len(gpu_sets), _T.GGUF_TYPE_UINT32)
-    w.add(KEY_GPUIDX_VRAM, int(vram_capacity), _T.GGUF_TYPE_UINT64)
+    w.add("general.architecture", K.GPUIDX_ARCH, _T.GGUF_TYPE_STRING)
+    w.add(f"{K.GPUIDX_ARCH}.block_count", len(gpu_sets), _T.GGUF_TYPE_UINT32)
+    w.add(K.GPUIDX_VRAM_CAPACITY, int(vram_capacity), _T.GGUF_TYPE_UINT64)
     for il, s in enumerate(gpu_sets):
         ids = np.unique(np.asarray(s, dtype=np.int64))
         if ids.size and (ids[0] < 0 or ids[-1] >= n_ff):
             raise ValueError(f"gpu_sets[{il}]: neuron ids must lie in [0, {n_ff})")
         g = np.zeros(n_ff, dtype=np.int32)
         g[ids] = 1
-        w.add_tensor(f"blk.{il}.gpu_idx", g, I32, [n_ff])
-        w.add_tensor(f"blk.{il}.gpu_bucket", ids.astype(np.int32), I32, [int(ids.size)])
+        w.add_tensor(K.blk(il, K.GPUIDX_TENSOR_IDX), g, I32, [n_ff])
+        w.add_tensor(K.blk(il, K.GPUIDX_TENSOR_BUCKET), ids.astype(np.int32), I32, [int(ids.size)])
     with atomic_output(path) as tmp:
         w.write(tmp)
         if magic != b"GGUF":

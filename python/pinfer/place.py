@@ -43,9 +43,8 @@ import sys
 import tempfile
 from typing import Dict, List, Optional, Sequence
 
-import numpy as np
-
-from .outfile import atomic_output, signals_held
+from . import keys as K
+from .outfile import signals_held
 
 __all__ = ["place", "format_summary", "add_parser", "main"]
 
@@ -69,7 +68,7 @@ def _down_types(path: str) -> Dict[str, str]:
 
 
 def _quantize(src: str, dst: str, type_name: str, threads: Optional[int]) -> None:
-    from .cli import child_preexec, find_tool
+    from ._util import child_preexec, find_tool
 
     cmd = [find_tool("pinfer-quantize"), src, dst, type_name]
     if threads:
@@ -82,8 +81,8 @@ def _quantize(src: str, dst: str, type_name: str, threads: Optional[int]) -> Non
 
 def place(model: str, freq: str, out: str, budgets: Sequence[float], hw="rtx4090", plot: Optional[str] = None,
           type_name: Optional[str] = None, allow_requantize: bool = False, group: int = 64, ctx: int = 4096,
-          reserve_gib: float = 0.25, solver: str = "highs-ilp", time_limit: float = 60.0, threads: Optional[int] = None,
-          min_neurons: Optional[int] = None, log=None) -> dict:
+          reserve_gib: float = 0.25, solver: str = K.SOLVER_ILP, time_limit: float = 60.0,
+          threads: Optional[int] = None, min_neurons: Optional[int] = None, log=None) -> dict:
     """Permute ``model`` hot-first by the frequencies in ``freq``, optionally quantize
     to ``type_name``, solve a placement per budget (GiB) and write ``out``.
 
@@ -151,7 +150,7 @@ def place(model: str, freq: str, out: str, budgets: Sequence[float], hw="rtx4090
         for b in bb:
             if log:
                 log(f"solving for {b / solve.GIB:.4g} GiB")
-            pls.append(solve.solve_greedy(inst, b) if solver == "greedy"
+            pls.append(solve.solve_greedy(inst, b) if solver == K.SOLVER_GREEDY
                        else solve.solve_ilp(inst, b, time_limit=time_limit))
         solve.write_placements(src, out, pls)
     finally:
@@ -168,29 +167,7 @@ def write_plot(inst, pls, path: str) -> None:
     """PNG: the GPU share k_l / n_l of every layer, one line per budget."""
     from . import solve
 
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise PlaceError("--plot needs matplotlib: pip install matplotlib") from None
-    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
-    layers = np.arange(inst.model.n_layer)
-    n = np.asarray(inst.model.n_ff, dtype=float)
-    for p in pls:
-        ax.plot(layers, 100 * np.asarray(p.gpu_neurons) / n, marker="o",
-                label=f"{p.budget_bytes / solve.GIB:.4g} GiB: {100 * p.mass_fraction:.1f}% of activations on the GPU")
-    ax.set_xlabel("layer")
-    ax.set_ylabel("GPU share of the layer's FFN neurons (%)")
-    ax.set_ylim(-2, 102)
-    ax.set_xticks(layers)
-    ax.set_title(f"hot-first neuron placement: {inst.model.name or 'model'}, {inst.hw.name}")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    with atomic_output(path, what="plot") as tmp:
-        fig.savefig(tmp, format="png")
-    plt.close(fig)
+    solve.plot(inst, pls, path, title=f"hot-first neuron placement: {inst.model.name or 'model'}, {inst.hw.name}")
 
 
 def format_summary(res: dict) -> str:
@@ -229,7 +206,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--reserve-gib", type=float, default=0.25, help="VRAM kept for compute buffers (default 0.25)")
     p.add_argument("--min-neurons", type=int, default=None,
                    help="fixed minimum neurons per GPU layer (default: derived from the hardware's sync cost)")
-    p.add_argument("--solver", choices=("highs-ilp", "greedy"), default="highs-ilp")
+    p.add_argument("--solver", choices=(K.SOLVER_ILP, K.SOLVER_GREEDY), default=K.SOLVER_ILP)
     p.add_argument("--time-limit", type=float, default=60.0, help="solver seconds per budget (default 60)")
     p.add_argument("-t", "--threads", type=int, default=None, help="pinfer-quantize threads")
     p.set_defaults(func=main)
@@ -237,7 +214,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(args) -> int:
-    from .solve import PlacementError
+    from .extgguf import PlacementError
 
     log = lambda s: print(f"pinfer place: {s}", file=sys.stderr, flush=True)  # noqa: E731
     try:
@@ -252,5 +229,6 @@ def main(args) -> int:
     if res["requantized"]:
         print(f"note: {len(res['requantized'])} block-quantized ffn_down matrices were decoded, permuted and "
               "encoded again (--allow-requantize: lossy)")
-    print(f"wrote {res['out']} ({len(res['placements'])} placement(s))" + (f", plot {res['plot']}" if res["plot"] else ""))
+    plotted = f", plot {res['plot']}" if res["plot"] else ""
+    print(f"wrote {res['out']} ({len(res['placements'])} placement(s))" + plotted)
     return 0

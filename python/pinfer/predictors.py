@@ -52,6 +52,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from . import keys as K
 from .outfile import atomic_output
 
 __all__ = ["PredictorError", "LayerReport", "load_dump", "initial_rank", "train_layer", "pick_threshold",
@@ -289,8 +290,10 @@ def _model_dims(model: str) -> Optional[Tuple[int, int, int]]:
     except ProfileError as e:
         raise PredictorError(str(e)) from None
     d, n = _dims(cfg, arch)
-    L = int(cfg.get("num_hidden_layers") or cfg.get("n_layer"))
-    return L, d, n
+    L = cfg.get("num_hidden_layers") or cfg.get("n_layer")
+    if L is None:
+        raise PredictorError(f"{model}: config.json has neither num_hidden_layers nor n_layer")
+    return int(L), d, n
 
 
 def train_predictors(model: Optional[str], data: str, out: str, base_gguf: str, recall: float = 0.95,
@@ -374,7 +377,7 @@ def train_predictors(model: Optional[str], data: str, out: str, base_gguf: str, 
     if meta.get("act") in ("silu", "gelu") and meta.get("thresholds"):
         act_thr = np.asarray(meta["thresholds"], dtype=np.float32)
     extgguf.add_sparse(base_gguf, out, predictors=preds, threshold=tau, act_thresholds=act_thr,
-                       mode_hint="predictor", predictor_type=type_id)
+                       mode_hint=K.MODE_HINT_PREDICTOR, predictor_type=type_id)
     rep = {"recall_target": recall, "threshold": tau, "type": type_name, "gguf": out, "base": base_gguf,
            "data": data, "rows": int(meta["rows"]), "act": meta.get("act"),
            "layers": [asdict(x) for x in reports]}

@@ -55,6 +55,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from . import keys as K
 from .outfile import atomic_output
 
 __all__ = ["ProfileError", "ProfileResult", "profile", "load_stats", "coverage_share", "load_corpus",
@@ -350,7 +351,7 @@ def profile(model_dir: str, corpus: str, n_tokens: int, out: str, plots: Optiona
                         xx = hooks.x[il].reshape(-1, hooks.x[il].shape[-1])[pk]
                         masks_np.append(m[pk].cpu().numpy())
                         xs_np.append(xx.float().cpu().numpy())
-                if pick is not None:
+                if pick is not None and writer is not None:
                     writer.add(xs_np, masks_np)
                 n_here = int(vflat.sum())
                 n_counted += n_here
@@ -372,7 +373,7 @@ def profile(model_dir: str, corpus: str, n_tokens: int, out: str, plots: Optiona
                           thresholds=[float(t) for t in thresholds], n_tokens_profiled=n_counted,
                           ffn_input="the MLP module's input: post-norm hidden state (llama/qwen2: "
                                     "post_attention_layernorm = GGUF ffn_norm; falcon: attn_norm)"))
-        res.files["dump"] = dump
+        res.files["dump"] = str(dump)
     if plots:
         res.files.update(write_plots(res, plots))
     return res
@@ -386,9 +387,9 @@ def _profile_gguf(path: str, text: str, n_tokens: int, out: str, plots: Optional
     r = _core.GGUFReader(path)
     arch = r.get("general.architecture")
     arch = arch.decode() if isinstance(arch, bytes) else str(arch)
-    act = r.get("pinfer.ffn_act") or ("gelu" if arch == "falcon" else "silu")
+    act = r.get(K.FFN_ACT) or ("gelu" if arch == "falcon" else "silu")
     act = act.decode() if isinstance(act, bytes) else str(act)
-    thr = r.get("pinfer.sparse.act_thresholds")
+    thr = r.get(K.SPARSE_ACT_THRESHOLDS)
     del r
     if act in ("silu", "gelu") and thr is None:
         raise ProfileError(f"{path}: a {act} FFN has no natural zero; calibrate per-layer thresholds first "
@@ -419,7 +420,9 @@ def _profile_gguf(path: str, text: str, n_tokens: int, out: str, plots: Optional
 def _dims(cfg: dict, arch: str):
     if arch == "falcon":
         d = cfg.get("hidden_size") or cfg.get("d_model")
-        return int(d), int(cfg.get("ffn_hidden_size") or 4 * d)
+        if d is None:
+            raise ProfileError("config.json has neither hidden_size nor d_model")
+        return int(d), int(cfg.get("ffn_hidden_size") or 4 * int(d))
     return int(cfg["hidden_size"]), int(cfg["intermediate_size"])
 
 
@@ -441,7 +444,7 @@ def _bar(progress: bool, total: int, desc: str):
 
 def _sample_positions(batch_seqs, T: int, per_seq: int, left: int, rng):
     """Flat indices (into [B*T]) of up to per_seq random positions per sequence."""
-    out = []
+    out: List[int] = []
     for b, s in enumerate(batch_seqs):
         k = min(per_seq, len(s), left - len(out))
         if k <= 0:
@@ -628,8 +631,8 @@ def write_plots(res: ProfileResult, d: str) -> Dict[str, str]:
     plt.close(fig)
 
     p3 = os.path.join(d, "summary.json")
-    with atomic_output(p3) as tmp, open(tmp, "w") as f:
-        json.dump(summary(res), f, indent=1)
+    with atomic_output(p3) as tmp, open(tmp, "w") as fh:
+        json.dump(summary(res), fh, indent=1)
     return {"plot_loglog": p1, "plot_coverage": p2, "summary": p3}
 
 
