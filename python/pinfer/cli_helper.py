@@ -15,7 +15,7 @@ A reply is ``OK`` and its fields, or ``ER`` and the error message.
 from __future__ import annotations
 
 import sys
-from typing import BinaryIO, List, Optional
+from typing import Any, BinaryIO, List, Optional
 
 
 def read_message(f: BinaryIO) -> Optional[List[bytes]]:
@@ -40,8 +40,8 @@ def write_message(f: BinaryIO, tag: bytes, fields: List[bytes]) -> None:
 
 class Helper:
     def __init__(self) -> None:
-        self.mask = None
-        self.model = None
+        self.mask: Any = None   # grammar.GrammarMask, once a grammar request came
+        self.model: Any = None  # _core.Model of the grammar's vocabulary
 
     def handle(self, req: List[bytes]) -> List[bytes]:
         verb = req[0].decode()

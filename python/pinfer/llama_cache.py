@@ -118,7 +118,7 @@ LlamaCache = LlamaRAMCache
 
 def _to_arrays(key: Key, s: LlamaState) -> Dict[str, np.ndarray]:
     version, internal, gauss = s.seed_state
-    out = {
+    out: Dict[str, np.ndarray] = {
         "key": np.asarray(key, dtype=np.int64),
         "input_ids": np.asarray(s.input_ids, dtype=np.int32),
         "hist_tokens": np.concatenate([t for t, _ in s.history]).astype(np.int32) if s.history
@@ -146,7 +146,9 @@ def _from_arrays(z) -> Tuple[Key, LlamaState]:
     gauss = float(z["seed_gauss"])
     seed_state = (int(z["seed_version"]), tuple(int(x) for x in z["seed_internal"]),
                   None if np.isnan(gauss) else gauss)
-    get = (lambda n: z[n] if n in z.files else None)
+    def get(n):
+        return z[n] if n in z.files else None
+
     state = LlamaState(history, z["input_ids"], get("logits"), get("scores"), seed_state, int(z["n_ctx"]),
                        str(z["model_path"]), get("kv"))
     return tuple(int(t) for t in z["key"]), state
@@ -208,7 +210,7 @@ class LlamaDiskCache(BaseLlamaCache):
         path = self._path(k)
         with atomic_output(path, what="prompt cache entry") as tmp:
             with open(tmp, "wb") as f:
-                np.savez(f, **_to_arrays(k, value))
+                np.savez(f, **_to_arrays(k, value))  # type: ignore[arg-type]  # numpy's stub types the kwargs as allow_pickle
         self._index.pop(k, None)
         self._index[k] = path
         while self._index and self.cache_size > self.capacity_bytes:
