@@ -224,7 +224,9 @@ void context::build_graph(int n, int n_outputs, int n_kv, kv_cache &kv, ffn_buil
     in.pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
     in.kq_mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, in.n_kv, n);
     for (ggml_tensor *t : {in.tokens, in.pos, in.kq_mask}) ggml_set_input(t);
-    if (model_.hp.has_swa()) {
+    // a second mask only where windowed and full layers mix (else the one mask has the window)
+    const uint32_t n_swa = model_.hp.n_swa_layers();
+    if (n_swa > 0 && n_swa < model_.hp.n_layer) {
         in.kq_mask_swa = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, in.n_kv, n);
         ggml_set_input(in.kq_mask_swa);
     }
@@ -299,7 +301,7 @@ void context::decode_batch(const int32_t *tokens, int n, int n_outputs, float *o
     pos_buf_.resize((size_t)n);
     for (int i = 0; i < n; i++) pos_buf_[(size_t)i] = pos0 + i;
     ggml_backend_tensor_set(gc_.pos, pos_buf_.data(), 0, sizeof(int32_t) * n);
-    set_kq_mask(gc_.kq_mask, n, n_kv, pos0, 0);
+    set_kq_mask(gc_.kq_mask, n, n_kv, pos0, model_.hp.n_swa_layers() == model_.hp.n_layer ? model_.hp.n_swa : 0);
     if (gc_.kq_mask_swa) set_kq_mask(gc_.kq_mask_swa, n, n_kv, pos0, model_.hp.n_swa);
 
     ggml_backend_sim_counters c0{}, c1{};

@@ -89,7 +89,8 @@ static ggml_tensor *input_here(ggml_context *ctx, ggml_tensor *host, ggml_tensor
 
 ggml_tensor *graph_pos(ggml_context *ctx, const graph_inputs &in) { return input_here(ctx, in.pos, &in.pos_dev); }
 ggml_tensor *graph_kq_mask(ggml_context *ctx, const graph_inputs &in, bool swa) {
-    return swa ? input_here(ctx, in.kq_mask_swa, &in.kq_mask_swa_dev) : input_here(ctx, in.kq_mask, &in.kq_mask_dev);
+    if (swa && in.kq_mask_swa) return input_here(ctx, in.kq_mask_swa, &in.kq_mask_swa_dev);
+    return input_here(ctx, in.kq_mask, &in.kq_mask_dev);  // every layer windowed: the window is in this one
 }
 
 ggml_tensor *build_softcap(ggml_context *ctx, ggml_tensor *x, float c) {

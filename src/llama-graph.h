@@ -25,7 +25,7 @@ struct graph_device {
 // begins with it; build_layers_end moves the hidden state back for the output.
 const layer_weights &build_layer_begin(ggml_context *ctx, const graph_inputs &in, const model &m, int il, ggml_tensor **x);
 ggml_tensor *build_layers_end(ggml_context *ctx, const graph_inputs &in, ggml_tensor *x);
-// in.pos / in.kq_mask (swa: the sliding window's) on the side the context builds for.
+// in.pos / in.kq_mask (swa: a windowed layer's) on the side the context builds for.
 ggml_tensor *graph_pos(ggml_context *ctx, const graph_inputs &in);
 ggml_tensor *graph_kq_mask(ggml_context *ctx, const graph_inputs &in, bool swa = false);
 

@@ -49,10 +49,10 @@ struct hparams {
     bool is_swa(uint32_t il) const {
         return n_swa > 0 && (swa_pattern == 0 || il % swa_pattern < swa_pattern - 1);
     }
-    bool has_swa() const {
-        for (uint32_t il = 0; il < n_layer; il++)
-            if (is_swa(il)) return true;
-        return false;
+    uint32_t n_swa_layers() const {
+        uint32_t c = 0;
+        for (uint32_t il = 0; il < n_layer; il++) c += is_swa(il);
+        return c;
     }
 };
 

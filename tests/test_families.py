@@ -1,0 +1,275 @@
+"""More model families vs Hugging Face transformers: Qwen3, Llama 3.x RoPE
+scaling (llama3 factors, linear, YaRN), Mistral's sliding window, Gemma,
+Gemma 2, Gemma 3, Phi-3.
+
+Each case is a tiny random model built with transformers' own config and
+model classes (eager attention, float32 weights), saved with save_pretrained,
+converted by pinfer.convert at F32 and run by pinfer. Logits must match
+transformers run in float64 to 1e-4 relative (max abs diff / max abs logit)
+for the whole prompt and token by token through the KV cache, and greedy
+decoding must pick the tokens transformers' logits pick. Prompts are longer
+than the sliding windows, so a window that is ignored or off by one fails.
+
+The file's architecture name, tensor names and hyperparameter keys are
+checked against the gguf package's tables (llama.cpp's gguf-py constants:
+MODEL_ARCH_NAMES, MODEL_TENSORS, TENSOR_NAMES, Keys), so files of llama.cpp's
+converter and ours use the same names.
+
+Needs: pip install torch transformers tokenizers gguf
+"""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import torch
+import transformers
+import gguf
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tinymodel  # noqa: E402
+
+from pinfer import _core  # noqa: E402
+from pinfer import convert as cv  # noqa: E402
+
+RTOL = 1e-4
+
+
+def rel_err(ours, ref):
+    ours = np.asarray(ours, dtype=np.float64)
+    return float(np.max(np.abs(ours - ref)) / np.max(np.abs(ref)))
+
+
+def prompt(n, n_vocab, seed=0):
+    return np.random.default_rng(seed).integers(0, n_vocab, size=n).tolist()
+
+
+COMMON = dict(vocab_size=tinymodel.vocab_size(), max_position_embeddings=256, bos_token_id=None,
+              eos_token_id=None, pad_token_id=None)
+
+# name: (config class, model class, config kwargs, GGUF arch)
+CASES = {
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM",
+              dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                   num_key_value_heads=2, head_dim=24, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                   rope_theta=1000000.0), "qwen3"),
+    "qwen3_yarn": ("Qwen3Config", "Qwen3ForCausalLM",
+                   dict(hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                        num_key_value_heads=1, head_dim=32, tie_word_embeddings=True,
+                        rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0,
+                                         "original_max_position_embeddings": 64}), "qwen3"),
+    "llama3_rope": ("LlamaConfig", "LlamaForCausalLM",
+                    dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, rms_norm_eps=1e-5, max_position_embeddings=1024,
+                         rope_parameters={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                          "high_freq_factor": 4.0, "original_max_position_embeddings": 64,
+                                          "rope_theta": 500000.0}), "llama"),
+    "llama_linear": ("LlamaConfig", "LlamaForCausalLM",
+                     dict(hidden_size=32, intermediate_size=48, num_hidden_layers=1, num_attention_heads=2,
+                          rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}), "llama"),
+    "mistral_swa": ("MistralConfig", "MistralForCausalLM",
+                    dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=16, sliding_window=5, rms_norm_eps=1e-5), "llama"),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM",
+              dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                   num_key_value_heads=1, head_dim=16), "gemma"),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
+               dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=24, sliding_window=4,
+                    attn_logit_softcapping=5.0, final_logit_softcapping=10.0), "gemma2"),
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM",
+               dict(hidden_size=64, intermediate_size=96, num_hidden_layers=7, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=4,
+                    rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                     "full_attention": {"rope_type": "linear", "factor": 8.0,
+                                                        "rope_theta": 1000000.0}}), "gemma3"),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM",
+             dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, rms_norm_eps=1e-5, max_position_embeddings=256,
+                  original_max_position_embeddings=64, sliding_window=6,
+                  rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                   "short_factor": [1.0 + 0.1 * i for i in range(8)],
+                                   "long_factor": [2.0 + 0.5 * i for i in range(8)]}), "phi3"),
+}
+
+
+def build(kind, d):
+    cfg_cls, model_cls, kw, _ = CASES[kind]
+    os.makedirs(d, exist_ok=True)
+    tinymodel.write_bpe_tokenizer(d, "gpt2")
+    cfg = getattr(transformers, cfg_cls)(**{**COMMON, **kw})
+    hf = tinymodel.randomize(tinymodel._from_config(getattr(transformers, model_cls), cfg),
+                             seed=sorted(CASES).index(kind) + 40)
+    hf.save_pretrained(d)
+    return hf
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def converted(request, tmp_path_factory):
+    d = str(tmp_path_factory.mktemp(request.param))
+    hf = build(request.param, os.path.join(d, "hf"))
+    out = cv.convert(os.path.join(d, "hf"), os.path.join(d, "f32.gguf"), type="f32", progress=False)
+    m = _core.Model(out)
+    yield request.param, hf, m, out
+    m.close()
+
+
+def test_names_and_keys_are_llama_cpps(converted):
+    kind, hf, m, path = converted
+    arch = CASES[kind][3]
+    assert m.arch == arch
+    garch = next(a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == arch)
+    n_layer = hf.config.num_hidden_layers
+    allowed = {gguf.TENSOR_NAMES[t].format(bid=i) + sfx for t in gguf.MODEL_TENSORS[garch]
+               for i in range(n_layer) for sfx in (".weight", ".bias")}
+    fr = gguf.GGUFReader(path)
+    names = {t.name for t in fr.tensors}
+    assert names <= allowed, sorted(names - allowed)
+    known = set()
+    for group in (gguf.Keys.General, gguf.Keys.LLM, gguf.Keys.Attention, gguf.Keys.Rope, gguf.Keys.Tokenizer):
+        known |= {v.replace("{arch}", arch) for k, v in vars(group).items() if isinstance(v, str) and not k.startswith("_")}
+    keys = {k for k in fr.fields if not k.startswith(("GGUF.", "pinfer."))}
+    assert keys <= known, sorted(keys - known)
+
+
+def expected_keys(kind):
+    """The family facts the file must carry (key -> value), from the HF config."""
+    return {
+        "qwen3": {"qwen3.attention.key_length": 24},
+        "qwen3_yarn": {"qwen3.rope.scaling.type": "yarn", "qwen3.rope.scaling.factor": 4.0,
+                       "qwen3.rope.scaling.original_context_length": 64},
+        "llama3_rope": {},
+        "llama_linear": {"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 2.0},
+        "mistral_swa": {"llama.attention.sliding_window": 5},
+        "gemma": {},
+        "gemma2": {"gemma2.attention.sliding_window": 4, "gemma2.attn_logit_softcapping": 5.0,
+                   "gemma2.final_logit_softcapping": 10.0, "gemma2.attention.scale": 24 ** -0.5},
+        "gemma3": {"gemma3.attention.sliding_window": 4, "gemma3.rope.freq_base": 1e6,
+                   "gemma3.rope.freq_base_swa": 1e4, "gemma3.rope.scaling.type": "linear",
+                   "gemma3.rope.scaling.factor": 8.0},
+        "phi3": {"phi3.attention.sliding_window": 6, "phi3.rope.scaling.original_context_length": 64,
+                 "phi3.rope.scaling.attn_factor": float(np.sqrt(1 + np.log(4.0) / np.log(64.0)))},
+    }[kind]
+
+
+def _field(reader, key):
+    f = reader.fields.get(key)
+    if f is None:
+        return None
+    v = f.parts[f.data[0]]
+    return bytes(v).decode() if f.types[0] == gguf.GGUFValueType.STRING else v[0]
+
+
+def test_family_metadata(converted):
+    kind, hf, m, path = converted
+    fr = gguf.GGUFReader(path)
+    for key, want in expected_keys(kind).items():
+        got = _field(fr, key)
+        if isinstance(want, float):
+            assert abs(float(got) - want) < 1e-6 * max(1.0, abs(want)), (key, got)
+        else:
+            assert str(got) == str(want), (key, got)
+    names = {t.name for t in fr.tensors}
+    if kind == "llama3_rope":
+        # llama.cpp's rope_freqs: the divisor of each pair's angle, from HF's own llama3 frequencies
+        inv, _ = transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS["llama3"](hf.config, "cpu")
+        base = hf.config.rope_parameters["rope_theta"]
+        hd = hf.config.hidden_size // hf.config.num_attention_heads
+        plain = base ** (-np.arange(0, hd, 2) / hd)
+        t = {t.name: t for t in gguf.GGUFReader(path).tensors}["rope_freqs.weight"]
+        np.testing.assert_allclose(np.array(t.data), plain / inv.double().numpy(), rtol=1e-5)
+    if kind == "phi3":
+        assert {"rope_factors_short.weight", "rope_factors_long.weight", "blk.0.attn_qkv.weight"} <= names
+        assert "blk.0.ffn_gate.weight" not in names  # gate and up stay fused as llama.cpp writes them
+    if kind.startswith("gemma"):
+        assert "output.weight" not in names  # tied
+
+
+def test_whole_prompt(converted):
+    kind, hf, m, _ = converted
+    toks = prompt(24, m.n_vocab, seed=11)
+    ref = tinymodel.hf_logits(hf, toks)
+    ctx = _core.Context(m, 64, 64, 2, type_kv=0)
+    ctx.decode(toks, all_logits=True)
+    assert rel_err(ctx.logits_all(), ref) < RTOL, kind
+
+
+def test_token_by_token(converted):
+    kind, hf, m, _ = converted
+    toks = prompt(16, m.n_vocab, seed=12)
+    ref = tinymodel.hf_logits(hf, toks)
+    ctx = _core.Context(m, 32, 8, 2, type_kv=0)
+    ctx.decode(toks[:5], all_logits=True)  # a prompt chunk, then cached single steps
+    rows = list(np.array(ctx.logits_all()))
+    for t in toks[5:]:
+        ctx.decode([t])
+        rows.append(np.array(ctx.logits()))
+    assert rel_err(np.stack(rows), ref) < RTOL, kind
+
+
+def test_greedy_tokens_equal(converted):
+    kind, hf, m, _ = converted
+    toks = prompt(6, m.n_vocab, seed=13)
+    ctx = _core.Context(m, 32, 8, 2, type_kv=0)
+    ctx.decode(toks)
+    out = []
+    for _ in range(10):
+        t = int(np.argmax(ctx.logits()))
+        out.append(t)
+        ctx.decode([t])
+    ref = tinymodel.hf_logits(hf, toks + out)
+    assert out == [int(np.argmax(r)) for r in ref[len(toks) - 1:-1]], kind
+
+
+def test_longrope_long_factors(tmp_path):
+    """Phi-3 with a context past original_max_position_embeddings: transformers
+    switches to the long factors for sequences that long, pinfer for caches that long."""
+    d = str(tmp_path / "hf")
+    hf = build("phi3", d)
+    m = _core.Model(cv.convert(d, str(tmp_path / "m.gguf"), type="f32", progress=False))
+    toks = prompt(70, m.n_vocab, seed=14)
+    ctx = _core.Context(m, 128, 128, 2, type_kv=0)
+    ctx.decode(toks, all_logits=True)
+    assert rel_err(ctx.logits_all(), tinymodel.hf_logits(hf, toks)) < RTOL
+    m.close()
+
+
+def test_unsupported_architecture_names_itself(tmp_path):
+    d = str(tmp_path / "hf")
+    build("qwen3", d)
+    import json
+    cfg_path = os.path.join(d, "config.json")
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    cfg["architectures"] = ["Starcoder2ForCausalLM"]
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f)
+    with pytest.raises(cv.ConvertError, match="Starcoder2ForCausalLM"):
+        cv.convert(d, str(tmp_path / "x.gguf"), type="f32", progress=False)
+    # and a GGUF of an architecture the runtime lacks names it too
+    w = gguf.GGUFWriter(str(tmp_path / "s.gguf"), "starcoder2")
+    w.add_tokenizer_model("gpt2")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    with pytest.raises(Exception, match="starcoder2"):
+        _core.Model(str(tmp_path / "s.gguf"))
+
+
+@pytest.mark.parametrize("kind", ["mistral_swa", "gemma2", "gemma3", "phi3"])
+def test_sliding_window_matters(tmp_path, kind):
+    """The control for the window cases: the same model without its window is
+    far from pinfer's output, so the match above is the window's."""
+    d = str(tmp_path / "hf")
+    hf = build(kind, d)
+    m = _core.Model(cv.convert(d, str(tmp_path / "m.gguf"), type="f32", progress=False))
+    toks = prompt(24, m.n_vocab, seed=11)
+    ctx = _core.Context(m, 64, 64, 2, type_kv=0)
+    ctx.decode(toks, all_logits=True)
+    ours = ctx.logits_all()
+    assert rel_err(ours, tinymodel.hf_logits(hf, toks)) < RTOL
+    hf.config.sliding_window = 4096
+    assert rel_err(ours, tinymodel.hf_logits(hf, toks)) > 100 * RTOL
+    m.close()
