@@ -273,3 +273,63 @@ def test_sliding_window_matters(tmp_path, kind):
     hf.config.sliding_window = 4096
     assert rel_err(ours, tinymodel.hf_logits(hf, toks)) > 100 * RTOL
     m.close()
+
+
+# ---------------------------------------------------------------- sparse
+
+TEXT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, "
+        "must be in want of a wife. However little known the feelings or views of such a man may be on his "
+        "first entering a neighbourhood, this truth is so well fixed in the minds of the surrounding families, "
+        "that he is considered the rightful property of some one or other of their daughters. ") * 2
+
+
+def _layer0_act(hf, toks):
+    """float64 |act(gate x)| of layer 0 over toks, from HF's own FFN input and weights."""
+    import copy
+
+    m = copy.deepcopy(hf).to(torch.float64)
+    xs = []
+    mlp = m.model.layers[0].mlp
+    h = mlp.register_forward_pre_hook(lambda _m, a: xs.append(a[0][0].numpy().copy()))
+    with torch.no_grad():
+        m(torch.tensor([toks]))
+    h.remove()
+    if hasattr(mlp, "gate_up_proj"):  # phi3: rows [gate; up]
+        w = mlp.gate_up_proj.weight.detach().numpy()[: mlp.gate_up_proj.weight.shape[0] // 2]
+    else:
+        w = mlp.gate_proj.weight.detach().numpy()
+    g = xs[0] @ w.T
+    act = mlp.act_fn if hasattr(mlp, "act_fn") else mlp.activation_fn
+    return np.abs(act(torch.tensor(g)).numpy())
+
+
+def test_calibrate_and_threshold_mode(converted, tmp_path):
+    """pinfer calibrate + --sparse threshold on every family (SwiGLU and GeGLU):
+    layer 0's threshold is the quantile of HF's |act(gate x)|, the measured
+    sparsity is the target, and threshold 0 is the dense function."""
+    from pinfer import calibrate
+
+    kind, hf, m, path = converted
+    toks = calibrate.calibration_tokens(m, TEXT, 64)
+    dense = _core.Context(m, 64, 64, 2, "f32", "off", False, False, False)
+    dense.decode(toks, all_logits=True)
+    ref = dense.logits_all().copy()
+    for target in (0.0, 0.5):
+        out = str(tmp_path / f"t{int(target * 100)}.gguf")
+        rep = calibrate.calibrate(path, target, text=TEXT, out=out, n_tokens=64, n_ctx=64, n_threads=2)
+        thr = np.asarray(rep["thresholds"])
+        mt = _core.Model(out)
+        c = _core.Context(mt, 64, 64, 2, "f32", "threshold", True, False, False)
+        c.decode(toks, all_logits=True)
+        got = c.logits_all().copy()
+        if target == 0.0:
+            assert np.all(thr == 0)
+            assert rel_err(got, ref) <= RTOL, kind
+        else:
+            assert thr[0] == pytest.approx(np.quantile(_layer0_act(hf, toks), target), rel=0.02), kind
+            layers = c.sparse_stats()["layers"]
+            assert 1 - layers[0]["active_frac"] == pytest.approx(target, abs=0.02), kind
+            assert 0 < rel_err(got, ref) < 0.5, kind
+        c.close()
+        mt.close()
+    dense.close()
