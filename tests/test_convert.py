@@ -284,7 +284,7 @@ TEXTS = ["Hello world", " the other thing, in 2024: 12345 tokens!", "café naïv
          "line one\n\nline two\t tab", "<|im_start|>user\nhi<|im_end|>"]
 
 
-@pytest.mark.parametrize("kind", ["gpt2", "qwen2"])
+@pytest.mark.parametrize("kind", ["gpt2", "qwen2", "falcon"])
 def test_bpe_tokenizer_ids_match_hf(tmp_path, kind):
     from transformers import PreTrainedTokenizerFast
 

@@ -219,8 +219,13 @@ def _bpe_pre(tj: dict) -> str:
             return "qwen2"
     if kinds == ["Digits", "ByteLevel"] and items[0].get("individual_digits") and items[1].get("use_regex", True):
         return "smollm"
+    if (kinds == ["Punctuation", "ByteLevel", "Digits", "Split"] and items[0].get("behavior") == "Contiguous"
+            and items[1].get("use_regex", True) and not items[2].get("individual_digits")
+            and items[3].get("pattern") == {"Regex": "[0-9][0-9][0-9]"} and items[3].get("behavior") == "Isolated"
+            and not items[3].get("invert")):
+        return "falcon"
     raise ConvertError(f"unsupported byte-level BPE pre-tokenizer {json.dumps(pt)[:300]} "
-                       "(supported: gpt2, llama3, qwen2, smollm/starcoder styles)")
+                       "(supported: gpt2, llama3, qwen2, smollm/starcoder, falcon styles)")
 
 
 def _special_id(value, token_ids: Dict[str, int]) -> Optional[int]:
