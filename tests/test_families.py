@@ -333,3 +333,64 @@ def test_calibrate_and_threshold_mode(converted, tmp_path):
         c.close()
         mt.close()
     dense.close()
+
+
+# ---------------------------------------------------------------- Gemma's tokenizer
+
+SAMPLE = ["def f(x):\n    return x ** 2  # square\n\tif a != b: print(f'{a}')", "caf\u00e9 na\u00efve \u00fcber \u0441\u043b\u043e\u0432\u043e",
+          "\u4e2d\u6587\u5b57\u7b26 \u65e5\u672c\u8a9e \ud55c\uad6d\uc5b4 \u0645\u0631\u062d\u0628\u0627",
+          "\U0001F600 emoji \U0001F389\U0001F389 \U0001F468\u200d\U0001F469\u200d\U0001F467", "  two  spaces \n\n newline",
+          "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n", "x<bos>y<eos>", "\u00bd\u00b2 1234567 3.14"]
+
+
+def _write_gemma_spm(d, text):
+    """A SentencePiece model shaped like Gemma's: BPE with byte fallback, no dummy
+    prefix, <pad>/<eos>/<bos>/<unk> at 0-3, the turn markers as user-defined pieces."""
+    import json
+
+    import sentencepiece as spm
+    from test_chat import GEMMA
+
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(text[:150_000].split("\n")), model_prefix=os.path.join(d, "m"), vocab_size=600,
+        model_type="bpe", byte_fallback=True, character_coverage=0.9995, normalization_rule_name="identity",
+        remove_extra_whitespaces=False, add_dummy_prefix=False, split_by_whitespace=False, pad_id=0, eos_id=1,
+        bos_id=2, unk_id=3, pad_piece="<pad>", eos_piece="<eos>", bos_piece="<bos>", unk_piece="<unk>",
+        user_defined_symbols=["<start_of_turn>", "<end_of_turn>"], minloglevel=2)
+    os.replace(os.path.join(d, "m.model"), os.path.join(d, "tokenizer.model"))
+    os.remove(os.path.join(d, "m.vocab"))
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "GemmaTokenizer", "bos_token": "<bos>", "eos_token": "<eos>",
+                   "pad_token": "<pad>", "unk_token": "<unk>", "add_bos_token": True, "add_eos_token": False,
+                   "chat_template": GEMMA}, f)
+
+
+def test_gemma_tokenizer_and_chat_template(tmp_path):
+    from pinfer import datasets
+
+    austen = "\n\n".join(datasets.austen_books().values())
+    d = str(tmp_path / "hf")
+    os.makedirs(d)
+    _write_gemma_spm(d, austen)
+    ref = transformers.GemmaTokenizer.from_pretrained(d)
+    cfg = transformers.GemmaConfig(**{**COMMON, **CASES["gemma"][2], "vocab_size": len(ref)})
+    tinymodel.randomize(tinymodel._from_config(transformers.GemmaForCausalLM, cfg), seed=5).save_pretrained(d)
+    m = _core.Model(cv.convert(d, str(tmp_path / "g.gguf"), type="f32", progress=False))
+    assert (m.bos, m.eos) == (ref.bos_token_id, ref.eos_token_id)
+    # the first million characters of Austen (all of it agrees too, in 20 s: a manual run)
+    part = austen[:1_000_000]
+    ours = m.tokenize(part, add_special=True, parse_special=False)
+    assert list(ours) == ref(part)["input_ids"]
+    assert len(ours) > 200_000
+    for text in SAMPLE:
+        for ps in (True, False):
+            assert list(m.tokenize(text, True, ps)) == ref(text, split_special_tokens=not ps)["input_ids"], text
+        assert m.detokenize(m.tokenize(text, False, False)).decode() == text
+    # the chat template travels in the file and renders as transformers renders it
+    msgs = [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi there"},
+            {"role": "user", "content": "Who are you?"}]
+    want = ref.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    got = _core.apply_chat_template(m.chat_template, msgs, True, bos_token="<bos>", eos_token="<eos>")
+    assert got == want
+    assert list(m.tokenize(got, False, True)) == ref(want, add_special_tokens=False)["input_ids"]
+    m.close()
