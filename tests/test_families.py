@@ -394,3 +394,39 @@ def test_gemma_tokenizer_and_chat_template(tmp_path):
     assert got == want
     assert list(m.tokenize(got, False, True)) == ref(want, add_special_tokens=False)["input_ids"]
     m.close()
+
+
+# ---------------------------------------------------------------- other types and devices
+
+BOUNDS = {"f16": 2e-3, "q8_0": 5e-2}  # as tests/test_convert.py: above rounding, far below a wrong model
+
+
+@pytest.mark.parametrize("qtype", sorted(BOUNDS))
+def test_quantized_within_bounds(converted, tmp_path, qtype):
+    kind, hf, _, _ = converted
+    d = os.path.dirname(converted[3])
+    m = _core.Model(cv.convert(os.path.join(d, "hf"), str(tmp_path / f"{qtype}.gguf"), type=qtype, progress=False))
+    toks = prompt(16, m.n_vocab, seed=23)
+    ctx = _core.Context(m, 32, 32, 2, type_kv=0)
+    ctx.decode(toks, all_logits=True)
+    # gemma2's final soft-cap bounds the logits (|x| < 10), the denominator of the
+    # relative error, while the weights' rounding enters before the cap: twice the bound
+    bound = BOUNDS[qtype] * (2 if hf.config.final_logit_softcapping else 1)
+    assert rel_err(ctx.logits_all(), tinymodel.hf_logits(hf, toks)) < bound, kind
+    m.close()
+
+
+def test_simulated_device_runs_every_family(converted):
+    """The hybrid plan on the simulated device (all layers there): same logits as
+    the CPU, so the masks, QK-norms, post norms and RoPE factors reach the device."""
+    kind, hf, m, _ = converted
+    toks = prompt(20, m.n_vocab, seed=24)
+    cpu = _core.Context(m, 64, 64, 2, "f32", "off")
+    cpu.decode(toks, all_logits=True)
+    sim = _core.Context(m, 64, 64, 2, "f32", "off", device="sim", n_gpu_layers=hf.config.num_hidden_layers)
+    sim.decode(toks[:12], all_logits=True)
+    rows = list(np.array(sim.logits_all()))
+    for t in toks[12:]:
+        sim.decode([t])
+        rows.append(np.array(sim.logits()))
+    assert rel_err(np.stack(rows), np.asarray(cpu.logits_all(), np.float64)) < RTOL, kind
