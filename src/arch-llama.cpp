@@ -27,15 +27,15 @@ struct family_row {
     llama_family f;
 };
 
-//  name      eps    rope             act             bias   qknorm post   embd   fused  swa  base_swa unscaled
+//  name      eps    rope             act             bias   qknorm post   embd   fused  swa base_swa unscaled 27B
 const family_row k_families[] = {
-    {"llama",  {1e-5f, GGML_ROPE_NORMAL, ffn_act::SILU, false, false, false, false, false, 0, 0.0f, false}},
-    {"qwen2",  {1e-6f, GGML_ROPE_NEOX,   ffn_act::SILU, true,  false, false, false, false, 0, 0.0f, false}},
-    {"qwen3",  {1e-6f, GGML_ROPE_NEOX,   ffn_act::SILU, false, true,  false, false, false, 0, 0.0f, false}},
-    {"gemma",  {1e-6f, GGML_ROPE_NEOX,   ffn_act::GELU, false, false, false, true,  false, 0, 0.0f, false}},
-    {"gemma2", {1e-6f, GGML_ROPE_NEOX,   ffn_act::GELU, false, false, true,  true,  false, 2, 0.0f, false}},
-    {"gemma3", {1e-6f, GGML_ROPE_NEOX,   ffn_act::GELU, false, true,  true,  true,  false, 6, 10000.0f, true}},
-    {"phi3",   {1e-5f, GGML_ROPE_NEOX,   ffn_act::SILU, false, false, false, false, true,  0, 0.0f, false}},
+    {"llama",  {1e-5f, GGML_ROPE_NORMAL, ffn_act::SILU, false, false, false, false, false, 0, 0.0f, false, 0}},
+    {"qwen2",  {1e-6f, GGML_ROPE_NEOX,   ffn_act::SILU, true,  false, false, false, false, 0, 0.0f, false, 0}},
+    {"qwen3",  {1e-6f, GGML_ROPE_NEOX,   ffn_act::SILU, false, true,  false, false, false, 0, 0.0f, false, 0}},
+    {"gemma",  {1e-6f, GGML_ROPE_NEOX,   ffn_act::GELU, false, false, false, true,  false, 0, 0.0f, false, 0}},
+    {"gemma2", {1e-6f, GGML_ROPE_NEOX,   ffn_act::GELU, false, false, true,  true,  false, 2, 0.0f, false, 46}},
+    {"gemma3", {1e-6f, GGML_ROPE_NEOX,   ffn_act::GELU, false, true,  true,  true,  false, 6, 1e4f, true,  62}},
+    {"phi3",   {1e-5f, GGML_ROPE_NEOX,   ffn_act::SILU, false, false, false, false, true,  0, 0.0f, false, 0}},
 };
 
 const llama_family &family_of(const std::string &arch) {
@@ -105,7 +105,9 @@ void llama_like_hparams(const model_loader &ml, hparams &hp) {
     hp.rope_freq_base_swa = ml.get_float_in(a + "rope.freq_base_swa", 0.0f, L::max_rope_base,
                                             fam.rope_base_swa > 0 ? fam.rope_base_swa : hp.rope_freq_base);
     hp.rope_freq_scale_swa = fam.swa_rope_unscaled ? 1.0f : hp.rope_freq_scale;
-    hp.attn_scale = ml.get_float_in(a + "attention.scale", 0.0f, 1e6f, 0.0f);
+    const bool big = fam.n_layer_embd_scaled && hp.n_layer == fam.n_layer_embd_scaled;
+    hp.attn_scale = ml.get_float_in(a + "attention.scale", 0.0f, 1e6f,
+                                    big ? 1.0f / std::sqrt((float)hp.n_embd / (float)hp.n_head) : 0.0f);
     hp.attn_softcap = ml.get_float_in(a + "attn_logit_softcapping", 0.0f, 1e6f, 0.0f);
     hp.final_softcap = ml.get_float_in(a + "final_logit_softcapping", 0.0f, 1e6f, 0.0f);
     hp.embd_scale = fam.embd_scale ? std::sqrt((float)hp.n_embd) : 0.0f;

@@ -20,6 +20,9 @@ struct llama_family {
     uint32_t swa_pattern;   // windowed layers when the file has a sliding window (0: all; see hparams)
     float rope_base_swa;    // windowed layers' RoPE base when rope.freq_base_swa is absent (0: the global base)
     bool swa_rope_unscaled; // windowed layers rope without the global layers' scaling (gemma3)
+    // llama.cpp's files carry no attention.scale: its 27B Gemma (this many
+    // layers) scales q.k by 1/sqrt(n_embd / n_head), the others by 1/sqrt(head_dim)
+    uint32_t n_layer_embd_scaled;
 };
 
 void llama_like_hparams(const model_loader &ml, hparams &hp);

@@ -423,3 +423,42 @@ def test_simulated_device_runs_every_family(converted):
         sim.decode([t])
         rows.append(np.array(sim.logits()))
     assert rel_err(np.stack(rows), np.asarray(cpu.logits_all(), np.float64)) < RTOL, kind
+
+
+def _copy_without(src, dst, drop):
+    """A copy of a GGUF file without the metadata keys in drop (a llama.cpp-made file's layout)."""
+    r = gguf.GGUFReader(src)
+    w = gguf.GGUFWriter(dst, _field(r, "general.architecture"))
+    for key, f in r.fields.items():
+        if key.startswith("GGUF.") or key in drop or key == "general.architecture":
+            continue
+        sub = f.types[1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(key, f.contents(), f.types[0], sub_type=sub)
+    for t in r.tensors:
+        w.add_tensor(t.name, np.array(t.data), raw_shape=list(reversed(t.shape.tolist())), raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def test_gemma2_27b_attention_scale_without_the_key(tmp_path):
+    """llama.cpp writes no attention.scale: its Gemma 2 27B (46 layers) scales by
+    1/sqrt(n_embd / n_head) = query_pre_attn_scalar^-0.5, the other sizes by 1/sqrt(head_dim)."""
+    d = str(tmp_path / "hf")
+    os.makedirs(d)
+    tinymodel.write_bpe_tokenizer(d, "gpt2")
+    cfg = transformers.Gemma2Config(**{**COMMON, **dict(hidden_size=32, intermediate_size=32, num_hidden_layers=46,
+                                                        num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                                                        query_pre_attn_scalar=16, sliding_window=4)})
+    hf = tinymodel.randomize(tinymodel._from_config(transformers.Gemma2ForCausalLM, cfg), seed=7)
+    hf.save_pretrained(d)
+    ours = cv.convert(d, str(tmp_path / "ours.gguf"), type="f32", progress=False)
+    assert abs(_field(gguf.GGUFReader(ours), "gemma2.attention.scale") - 0.25) < 1e-7
+    _copy_without(ours, str(tmp_path / "lcpp.gguf"), {"gemma2.attention.scale"})
+    m = _core.Model(str(tmp_path / "lcpp.gguf"))
+    toks = prompt(10, m.n_vocab, seed=3)
+    ctx = _core.Context(m, 32, 32, 2, type_kv=0)
+    ctx.decode(toks, all_logits=True)
+    assert rel_err(ctx.logits_all(), tinymodel.hf_logits(hf, toks)) < RTOL
+    m.close()
