@@ -366,7 +366,7 @@ def _rope_params(cfg: dict, layer_type: Optional[str] = None) -> dict:
     if "rope_theta" not in params:
         params["rope_theta"] = float(_get(cfg, "rope_theta", default=10000.0))
     kind = params.get("rope_type", params.get("type")) or "default"
-    params["rope_type"] = kind
+    params["rope_type"] = {"su": "longrope"}.get(kind, kind)  # Phi-3's first name for LongRoPE
     return params
 
 
