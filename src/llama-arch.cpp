@@ -2,21 +2,18 @@
 
 namespace pinfer {
 
-extern const arch_impl arch_llama;
-extern const arch_impl arch_qwen2;
 extern const arch_impl arch_falcon;
-
-static const arch_impl *const k_archs[] = {&arch_llama, &arch_qwen2, &arch_falcon};
+const arch_impl *find_llama_like(const std::string &name);  // arch-llama.cpp
+std::vector<std::string> llama_like_names();
 
 const arch_impl *find_arch(const std::string &name) {
-    for (const arch_impl *a : k_archs)
-        if (name == a->name) return a;
-    return nullptr;
+    if (name == arch_falcon.name) return &arch_falcon;
+    return find_llama_like(name);
 }
 
 std::vector<std::string> supported_archs() {
-    std::vector<std::string> out;
-    for (const arch_impl *a : k_archs) out.push_back(a->name);
+    std::vector<std::string> out = llama_like_names();
+    out.push_back(arch_falcon.name);
     return out;
 }
 

@@ -23,6 +23,7 @@ struct graph_inputs {
     ggml_tensor *tokens;   // I32 [n_tokens]
     ggml_tensor *pos;      // I32 [n_tokens]
     ggml_tensor *kq_mask;  // F32 [n_kv, n_tokens], 0 or -inf (causal)
+    ggml_tensor *kq_mask_swa = nullptr;  // the same within the sliding window (models with windowed layers)
     int n_tokens;
     int pos0;
     int n_kv;
@@ -30,7 +31,7 @@ struct graph_inputs {
     ffn_build *ffn = nullptr;  // sparse FFN mode and probes (llama-sparse-ffn.h); nullptr: dense
     const graph_device *dev = nullptr;  // the hybrid plan's device (llama-graph.h); nullptr: CPU only
     // pos and kq_mask copied to the device, made by the first device layer that reads them
-    mutable ggml_tensor *pos_dev = nullptr, *kq_mask_dev = nullptr;
+    mutable ggml_tensor *pos_dev = nullptr, *kq_mask_dev = nullptr, *kq_mask_swa_dev = nullptr, *rope_factors_dev = nullptr;
     // the KV store views and their bytes per position (a cached graph moves them)
     std::vector<std::pair<ggml_tensor *, size_t>> *kv_moving = nullptr;
 };

@@ -243,6 +243,12 @@ void context::build_graph(int n, int n_outputs, int n_kv, kv_cache &kv, ffn_buil
     in.pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
     in.kq_mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, in.n_kv, n);
     for (ggml_tensor *t : {in.tokens, in.pos, in.kq_mask}) ggml_set_input(t);
+    // a second mask only where windowed and full layers mix (else the one mask has the window)
+    const uint32_t n_swa = model_.hp.n_swa_layers();
+    if (n_swa > 0 && n_swa < model_.hp.n_layer) {
+        in.kq_mask_swa = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, in.n_kv, n);
+        ggml_set_input(in.kq_mask_swa);
+    }
     if (fb) fb->probes.assign(model_.hp.n_layer, ffn_probe());
     in.ffn = fb;
     in.dev = dev_ && &kv == kv_.get() ? &gdev_ : nullptr;  // the dense twin of --sparse-verify stays on the CPU
@@ -271,6 +277,7 @@ void context::build_graph(int n, int n_outputs, int n_kv, kv_cache &kv, ffn_buil
     gc_.tokens = in.tokens;
     gc_.pos = in.pos;
     gc_.kq_mask = in.kq_mask;
+    gc_.kq_mask_swa = in.kq_mask_swa;
     gc_.has_dev = in.dev != nullptr;
     gc_.n = n;
     gc_.n_outputs = n_outputs;
@@ -278,6 +285,19 @@ void context::build_graph(int n, int n_outputs, int n_kv, kv_cache &kv, ffn_buil
     gc_.kv = &kv;
     gc_.fb = fb;
     gc_.reusable = keep;
+}
+
+// The KQ mask of a batch of n tokens at positions [pos0, pos0 + n) over n_kv
+// cache cells: a cell is visible when it is not in the token's future and,
+// with a window, when token_pos - cell_pos < window (0: no window).
+void context::set_kq_mask(ggml_tensor *mask, int n, int n_kv, int pos0, uint32_t window) {
+    mask_buf_.resize((size_t)n * n_kv);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n_kv; j++) {
+            const int64_t d = (int64_t)pos0 + i - j;  // token_pos - cell_pos
+            mask_buf_[(size_t)i * n_kv + j] = d >= 0 && (window == 0 || d < (int64_t)window) ? 0.0f : -INFINITY;
+        }
+    ggml_backend_tensor_set(mask, mask_buf_.data(), 0, sizeof(float) * mask_buf_.size());
 }
 
 void context::decode_batch(const int32_t *tokens, int n, int n_outputs, float *out, kv_cache &kv, ffn_build *fb) {
@@ -300,10 +320,8 @@ void context::decode_batch(const int32_t *tokens, int n, int n_outputs, float *o
     pos_buf_.resize((size_t)n);
     for (int i = 0; i < n; i++) pos_buf_[(size_t)i] = pos0 + i;
     ggml_backend_tensor_set(gc_.pos, pos_buf_.data(), 0, sizeof(int32_t) * n);
-    mask_buf_.resize((size_t)n * n_kv);
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < n_kv; j++) mask_buf_[(size_t)i * n_kv + j] = j <= pos0 + i ? 0.0f : -INFINITY;
-    ggml_backend_tensor_set(gc_.kq_mask, mask_buf_.data(), 0, sizeof(float) * mask_buf_.size());
+    set_kq_mask(gc_.kq_mask, n, n_kv, pos0, model_.hp.n_swa_layers() == model_.hp.n_layer ? model_.hp.n_swa : 0);
+    if (gc_.kq_mask_swa) set_kq_mask(gc_.kq_mask_swa, n, n_kv, pos0, model_.hp.n_swa);
 
     ggml_backend_sim_counters c0{}, c1{};
     if (gc_.has_dev) device_counters(dev_, &c0);

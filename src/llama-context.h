@@ -116,7 +116,7 @@ private:
     struct graph_cache {
         ggml_context *ctx = nullptr;
         ggml_cgraph *gf = nullptr;
-        ggml_tensor *logits = nullptr, *tokens = nullptr, *pos = nullptr, *kq_mask = nullptr;
+        ggml_tensor *logits = nullptr, *tokens = nullptr, *pos = nullptr, *kq_mask = nullptr, *kq_mask_swa = nullptr;
         std::vector<std::pair<ggml_tensor *, size_t>> moving;  // KV store views, bytes per position
         bool has_dev = false, reusable = false;
         int n = 0, n_outputs = 0, n_kv = 0;
@@ -126,6 +126,7 @@ private:
     void build_graph(int n, int n_outputs, int n_kv, kv_cache &kv, ffn_build *fb, bool keep);
     void drop_graph();
     void decode_batch(const int32_t *tokens, int n, int n_outputs, float *out, kv_cache &kv, ffn_build *fb);
+    void set_kq_mask(ggml_tensor *mask, int n, int n_kv, int pos0, uint32_t window);
 
     const model &model_;
     context_params params_;

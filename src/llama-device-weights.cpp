@@ -30,7 +30,8 @@ void for_each_item(const model &m, uint32_t il, int64_t k, const ffn_bundle *hb,
              {&layer_weights::attn_norm, &layer_weights::attn_norm_b, &layer_weights::wq, &layer_weights::wk,
               &layer_weights::wv, &layer_weights::wqkv, &layer_weights::wo, &layer_weights::bq, &layer_weights::bk,
               &layer_weights::bv, &layer_weights::bo, &layer_weights::ffn_norm, &layer_weights::ffn_norm_b,
-              &layer_weights::fc1, &layer_weights::fc2})
+              &layer_weights::attn_q_norm, &layer_weights::attn_k_norm, &layer_weights::attn_post_norm,
+              &layer_weights::ffn_post_norm, &layer_weights::fc1, &layer_weights::fc2})
             if (l.*fld) f({l.*fld, cut::WHOLE, 0, at(fld)});
     if (k <= 0) return;
     f({l.ffn_down, cut::COLS, k, at(&layer_weights::ffn_down)});  // dense products (prompts, crossover)

@@ -33,7 +33,14 @@ ggml_tensor *build_attention(ggml_context *ctx, ggml_cgraph *gf, const hparams &
     ggml_tensor *V = kv.view_v(ctx, il, in.n_kv, hd, (int)hp.n_head_kv);  // [n_kv, hd, n_head_kv]
     ggml_tensor *Q = ggml_permute(ctx, q, 0, 2, 1, 3);                    // [hd, n, n_head]
     ggml_tensor *kq = ggml_mul_mat(ctx, K, Q);                            // [n_kv, n, n_head]
-    kq = ggml_soft_max_ext(ctx, kq, graph_kq_mask(ctx, in), 1.0f / sqrtf((float)hd));
+    const float scale = hp.attn_scale > 0 ? hp.attn_scale : 1.0f / sqrtf((float)hd);
+    ggml_tensor *mask = graph_kq_mask(ctx, in, hp.is_swa((uint32_t)il));
+    if (hp.attn_softcap > 0) {  // capped before the mask, as Gemma 2 does
+        kq = build_softcap(ctx, ggml_scale(ctx, kq, scale), hp.attn_softcap);
+        kq = ggml_soft_max_ext(ctx, kq, mask, 1.0f);
+    } else {
+        kq = ggml_soft_max_ext(ctx, kq, mask, scale);
+    }
     ggml_tensor *kqv = ggml_mul_mat(ctx, V, kq);                          // [hd, n, n_head]
     kqv = ggml_permute(ctx, kqv, 0, 2, 1, 3);                             // [hd, n_head, n]
     return ggml_reshape_2d(ctx, ggml_cont(ctx, kqv), hd * hp.n_head, n);
@@ -81,7 +88,25 @@ static ggml_tensor *input_here(ggml_context *ctx, ggml_tensor *host, ggml_tensor
 }
 
 ggml_tensor *graph_pos(ggml_context *ctx, const graph_inputs &in) { return input_here(ctx, in.pos, &in.pos_dev); }
-ggml_tensor *graph_kq_mask(ggml_context *ctx, const graph_inputs &in) { return input_here(ctx, in.kq_mask, &in.kq_mask_dev); }
+ggml_tensor *graph_kq_mask(ggml_context *ctx, const graph_inputs &in, bool swa) {
+    if (swa && in.kq_mask_swa) return input_here(ctx, in.kq_mask_swa, &in.kq_mask_swa_dev);
+    return input_here(ctx, in.kq_mask, &in.kq_mask_dev);  // every layer windowed: the window is in this one
+}
+
+ggml_tensor *build_softcap(ggml_context *ctx, ggml_tensor *x, float c) {
+    if (c <= 0) return x;
+    return ggml_scale(ctx, ggml_tanh(ctx, ggml_scale(ctx, x, 1.0f / c)), c);
+}
+
+ggml_tensor *build_rope(ggml_context *ctx, const graph_inputs &in, const model &m, const kv_cache &kv, int il, ggml_tensor *x) {
+    const hparams &hp = m.hp;
+    const bool swa = hp.is_swa((uint32_t)il);
+    ggml_tensor *ff = m.rope_freqs;
+    if (m.rope_short) ff = hp.n_ctx_orig && kv.n_ctx > hp.n_ctx_orig ? m.rope_long : m.rope_short;
+    if (ff) ff = input_here(ctx, ff, &in.rope_factors_dev);
+    return ggml_rope_ext(ctx, x, graph_pos(ctx, in), ff, hp.n_rot, hp.rope_mode, swa ? hp.rope_freq_base_swa : hp.rope_freq_base,
+                         swa ? hp.rope_freq_scale_swa : hp.rope_freq_scale, hp.rope_attn_factor);
+}
 
 ggml_tensor *build_select_outputs(ggml_context *ctx, ggml_tensor *x, int n_outputs) {
     if (n_outputs == x->ne[1]) return x;

@@ -25,9 +25,17 @@ struct graph_device {
 // begins with it; build_layers_end moves the hidden state back for the output.
 const layer_weights &build_layer_begin(ggml_context *ctx, const graph_inputs &in, const model &m, int il, ggml_tensor **x);
 ggml_tensor *build_layers_end(ggml_context *ctx, const graph_inputs &in, ggml_tensor *x);
-// in.pos / in.kq_mask on the side the context builds for.
+// in.pos / in.kq_mask (swa: a windowed layer's) on the side the context builds for.
 ggml_tensor *graph_pos(ggml_context *ctx, const graph_inputs &in);
-ggml_tensor *graph_kq_mask(ggml_context *ctx, const graph_inputs &in);
+ggml_tensor *graph_kq_mask(ggml_context *ctx, const graph_inputs &in, bool swa = false);
+
+// RoPE of x [head_dim, n_heads, n] for layer il: the layer's base and scale
+// (windowed layers have their own), the model's frequency factors (LongRoPE:
+// the long ones when the cache is longer than the original context).
+ggml_tensor *build_rope(ggml_context *ctx, const graph_inputs &in, const model &m, const kv_cache &kv, int il, ggml_tensor *x);
+
+// c * tanh(x / c): the soft-capping of Gemma 2 (c = 0: x).
+ggml_tensor *build_softcap(ggml_context *ctx, ggml_tensor *x, float c);
 
 // norm(x) * w (+ b): RMS norm when rms, else layer norm.
 ggml_tensor *build_norm(ggml_context *ctx, ggml_tensor *x, ggml_tensor *w, ggml_tensor *b, float eps, bool rms);
@@ -38,6 +46,7 @@ ggml_tensor *build_linear(ggml_context *ctx, ggml_tensor *w, ggml_tensor *b, ggm
 // Causal self-attention of the batch over the cache. q [hd, n_head, n],
 // k/v [hd*n_head_kv, n] (k already roped): stores k/v in the cache and
 // returns the attention output [n_head*hd, n] (before the output projection).
+// Layer il's scale, logit soft-capping and sliding window come from hp.
 ggml_tensor *build_attention(ggml_context *ctx, ggml_cgraph *gf, const hparams &hp, kv_cache &kv,
                              const graph_inputs &in, int il, ggml_tensor *q, ggml_tensor *k, ggml_tensor *v);
 

@@ -193,6 +193,7 @@ ggml_tensor *model_loader::tensor(ggml_context *ctx, const std::string &name, st
         ggml_set_name(t, name.c_str());
         n_used_++;
         bytes_used_ += o.data.size();
+        params_used_ += (uint64_t)ggml_nelements(t);
         return t;
     }
     const int64_t i = gguf_find_tensor(gguf_, name.c_str());
@@ -216,7 +217,19 @@ ggml_tensor *model_loader::tensor(ggml_context *ctx, const std::string &name, st
     ggml_set_name(t, name.c_str());
     n_used_++;
     bytes_used_ += gguf_get_tensor_size(gguf_, i);
+    params_used_ += (uint64_t)ggml_nelements(t);
     return t;
+}
+
+ggml_tensor *model_loader::rows(ggml_context *ctx, ggml_tensor *t, int64_t row0, int64_t n, int part) {
+    if (ggml_n_dims(t) > 2 || row0 < 0 || n < 1 || row0 + n > t->ne[1])
+        throw err("model tensor '" + std::string(t->name) + "' cannot be split at rows [" + std::to_string(row0) + ", " +
+                  std::to_string(row0 + n) + ")");
+    ggml_tensor *r = ggml_new_tensor_2d(ctx, t->type, t->ne[0], n);
+    r->data = (char *)t->data + row0 * t->nb[1];
+    r->buffer = t->buffer;
+    ggml_set_name(r, (std::string(t->name) + "[" + std::to_string(part) + "]").c_str());
+    return r;
 }
 
 }  // namespace pinfer

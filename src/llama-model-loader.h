@@ -56,6 +56,11 @@ public:
     // file's. The loader owns the bytes for the model's lifetime.
     void add_override(const std::string &name, ggml_type type, std::vector<int64_t> ne, std::vector<uint8_t> data);
     uint64_t bytes_used() const { return bytes_used_; }
+    uint64_t params_used() const { return params_used_; }  // elements of the tensors served
+    // Headers for row ranges of a tensor served by tensor(): parts[i] gets
+    // rows [row0_i, row0_i + n_i) (fused q/k/v or gate/up matrices), named
+    // "<name>[<i>]"; the bytes stay the file's.
+    static ggml_tensor *rows(ggml_context *ctx, ggml_tensor *t, int64_t row0, int64_t n, int part);
 
 private:
     int64_t key_index(const std::string &key, bool required) const;
@@ -70,6 +75,7 @@ private:
     ggml_backend_buffer *weights_ = nullptr;
     size_t n_used_ = 0;
     uint64_t bytes_used_ = 0;
+    uint64_t params_used_ = 0;
 };
 
 }  // namespace pinfer

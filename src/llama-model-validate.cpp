@@ -75,6 +75,8 @@ static const layer_tensor k_layer_tensors[] = {
     {&layer_weights::bk, role::vector},        {&layer_weights::bv, role::vector},
     {&layer_weights::bo, role::vector},        {&layer_weights::ffn_norm, role::vector},
     {&layer_weights::ffn_norm_b, role::vector}, {&layer_weights::ffn_gate, role::matrix},
+    {&layer_weights::attn_q_norm, role::vector}, {&layer_weights::attn_k_norm, role::vector},
+    {&layer_weights::attn_post_norm, role::vector}, {&layer_weights::ffn_post_norm, role::vector},
     {&layer_weights::ffn_up, role::matrix},    {&layer_weights::ffn_down, role::matrix},
     {&layer_weights::fc1, role::matrix},       {&layer_weights::fc2, role::matrix},
     {&layer_weights::ffn_down_t, role::matrix}, {&layer_weights::ffn_freq, role::vector},
@@ -122,6 +124,14 @@ void validate_model(const model &m) {
     check_tensor(m.output, role::matrix);
     check_tensor(m.output_norm, role::vector);
     check_tensor(m.output_norm_b, role::vector);
+    for (const ggml_tensor *t : {m.rope_freqs, m.rope_short, m.rope_long}) {
+        check_tensor(t, role::vector);
+        if (t)
+            for (int64_t i = 0; i < ggml_nelements(t); i++)
+                if (!(((const float *)t->data)[i] > 0))
+                    throw err("model tensor '" + std::string(t->name) + "' holds a frequency factor <= 0 at element " +
+                              std::to_string(i));
+    }
     for (const layer_weights &l : m.layers)
         for (const layer_tensor &lt : k_layer_tensors) check_tensor(l.*lt.field, lt.r);
     for (const layer_weights &l : m.layers)

@@ -154,12 +154,11 @@ std::unique_ptr<model> load_model(const std::string &path) {
     m->hp.n_vocab = (uint32_t)m->vocab->n_tokens();
     m->chat_template = ml.get_str("tokenizer.chat_template", "");
 
-    ggml_init_params ip = {(ml.n_tensors() + 16) * ggml_tensor_overhead(), nullptr, true};
+    ggml_init_params ip = {(2 * ml.n_tensors() + 16) * ggml_tensor_overhead(), nullptr, true};  // room for split parts
     m->ctx = ggml_init(ip);
     if (!m->ctx) throw std::runtime_error("out of memory");
     m->arch->load_tensors(ml, *m);
-    for (ggml_tensor *t = ggml_get_first_tensor(m->ctx); t; t = ggml_get_next_tensor(m->ctx, t))
-        m->n_params += (uint64_t)ggml_nelements(t);
+    m->n_params = ml.params_used();  // fused tensors split into row ranges count once
     m->n_bytes = ml.bytes_used();
 
     const std::string name = ml.get_str("general.name", "");

@@ -22,6 +22,8 @@ struct layer_weights {
     ggml_tensor *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr;
     ggml_tensor *wqkv = nullptr;  // fused q/k/v rows [q; k; v] (falcon)
     ggml_tensor *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;
+    ggml_tensor *attn_q_norm = nullptr, *attn_k_norm = nullptr;  // per-head RMS norms of q and k (qwen3, gemma3)
+    ggml_tensor *attn_post_norm = nullptr, *ffn_post_norm = nullptr;  // norms of the attention and FFN outputs (gemma2/3)
     ggml_tensor *ffn_norm = nullptr, *ffn_norm_b = nullptr;
     ggml_tensor *ffn_gate = nullptr, *ffn_up = nullptr, *ffn_down = nullptr;
     // Neuron-aware extras (extended GGUF, docs/extended-gguf.md); all optional.
@@ -77,6 +79,9 @@ struct model {
     ggml_tensor *tok_embd = nullptr;
     ggml_tensor *output_norm = nullptr, *output_norm_b = nullptr;
     ggml_tensor *output = nullptr;          // == tok_embd when tied
+    // RoPE frequency factors F32 [n_rot/2] (llama3 and YaRN: rope_freqs;
+    // LongRoPE: short and long); nullptr where the model has none
+    ggml_tensor *rope_freqs = nullptr, *rope_short = nullptr, *rope_long = nullptr;
     std::vector<layer_weights> layers;
     sparse_meta sparse;
     std::string desc;

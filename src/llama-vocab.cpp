@@ -24,6 +24,8 @@ bool parse_pre(const std::string &pre, pretok_kind &kind, bool &ignore_merges) {
         ignore_merges = true;  // Llama 3's tokenizer.json sets ignore_merges
     } else if (pre == "qwen2") {
         kind = pretok_kind::qwen2;
+    } else if (pre == "falcon") {
+        kind = pretok_kind::falcon;
     } else {
         return false;
     }

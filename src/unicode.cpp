@@ -222,6 +222,57 @@ void split_llama3(const cpt_text &t, size_t lo, size_t hi, size_t max_digits,
     }
 }
 
+// Rust's char::is_ascii_punctuation || is_punctuation (\p{P}), the test of
+// the tokenizers library's Punctuation pre-tokenizer.
+inline bool is_punct_hf(uint32_t c, uint8_t fl) {
+    const bool ascii = (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) ||
+                       (c >= 0x7B && c <= 0x7E);
+    return ascii || (fl & UFLAG_PUNCT);
+}
+
+// A byte whose byte-level character is numeric (\p{N}): the ASCII digits and
+// the Latin-1 bytes that map to themselves as superscripts and fractions.
+inline bool byte_is_numeric(uint8_t b) {
+    return (b >= '0' && b <= '9') || b == 0xB2 || b == 0xB3 || b == 0xB9 || b == 0xBC || b == 0xBD || b == 0xBE;
+}
+
+void split_falcon(const cpt_text &t, const std::string &text, std::vector<std::pair<size_t, size_t>> &out) {
+    // 1. runs of punctuation apart from the text around them; 2. gpt2 within each
+    std::vector<std::pair<size_t, size_t>> words;
+    for (size_t i = 0, n = t.cp.size(); i < n;) {
+        const bool p = is_punct_hf(t.cp[i], t.fl[i]);
+        size_t j = i + 1;
+        while (j < n && is_punct_hf(t.cp[j], t.fl[j]) == p) ++j;
+        if (p) words.emplace_back(t.off[i], t.off[j]);
+        else split_gpt2(t, i, j, words);
+        i = j;
+    }
+    // 3. numeric runs apart from the rest (on bytes: the byte-level form has one
+    // character per byte); 4. three ASCII digits in a row isolated
+    const unsigned char *u = (const unsigned char *)text.data();
+    auto digit = [&](size_t k) { return u[k] >= '0' && u[k] <= '9'; };
+    for (const auto &w : words) {
+        for (size_t i = w.first; i < w.second;) {
+            const bool num = byte_is_numeric(u[i]);
+            size_t j = i + 1;
+            while (j < w.second && byte_is_numeric(u[j]) == num) ++j;
+            size_t seg = i;
+            for (size_t k = i; num && k + 3 <= j;) {
+                if (digit(k) && digit(k + 1) && digit(k + 2)) {
+                    if (seg < k) out.emplace_back(seg, k);
+                    out.emplace_back(k, k + 3);
+                    k += 3;
+                    seg = k;
+                } else {
+                    ++k;
+                }
+            }
+            if (seg < j) out.emplace_back(seg, j);
+            i = j;
+        }
+    }
+}
+
 }  // namespace
 
 void pretokenize(pretok_kind kind, const std::string &text, std::vector<std::pair<size_t, size_t>> &out) {
@@ -232,6 +283,7 @@ void pretokenize(pretok_kind kind, const std::string &text, std::vector<std::pai
         case pretok_kind::gpt2: split_gpt2(t, 0, n, out); break;
         case pretok_kind::llama3: split_llama3(t, 0, n, 3, out); break;
         case pretok_kind::qwen2: split_llama3(t, 0, n, 1, out); break;
+        case pretok_kind::falcon: split_falcon(t, text, out); break;
         case pretok_kind::smollm: {
             size_t seg = 0;
             for (size_t i = 0; i < n; ++i) {

@@ -48,6 +48,9 @@ enum class pretok_kind {
     llama3,  // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}
              // | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
     qwen2,   // as llama3 with \p{N} (single digits) instead of \p{N}{1,3}
+    falcon,  // Falcon's tokenizer.json sequence: punctuation runs isolated, the gpt2
+             // pattern, then (on the byte-level form) numeric runs split from the
+             // rest and [0-9]{3} isolated
 };
 
 // Split text into pre-tokens; appends [begin, end) byte ranges of text to out.

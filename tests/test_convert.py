@@ -282,7 +282,7 @@ TEXTS = ["Hello world", " the other thing, in 2024: 12345 tokens!", "café naïv
          "line one\n\nline two\t tab", "<|im_start|>user\nhi<|im_end|>"]
 
 
-@pytest.mark.parametrize("kind", ["gpt2", "qwen2"])
+@pytest.mark.parametrize("kind", ["gpt2", "qwen2", "falcon"])
 def test_bpe_tokenizer_ids_match_hf(tmp_path, kind):
     from transformers import PreTrainedTokenizerFast
 
@@ -377,9 +377,13 @@ def test_refuses_unsupported_options(tmp_path):
     with pytest.raises(cv.ConvertError, match="relu-both.*contradicts hidden_act 'silu'"):
         cv.convert(d, out, ffn_act="relu-both", progress=False)
     cfg = json.load(open(os.path.join(d, "config.json")))
-    cfg["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}
+    cfg["rope_scaling"] = {"rope_type": "dynamic", "factor": 4.0}
     json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
-    with pytest.raises(cv.ConvertError, match="unsupported RoPE scaling 'yarn'"):
+    with pytest.raises(cv.ConvertError, match="unsupported RoPE scaling 'dynamic'"):
+        cv.convert(d, out, progress=False)
+    cfg["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}  # YaRN needs its original context
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+    with pytest.raises(cv.ConvertError, match="original_max_position_embeddings"):
         cv.convert(d, out, progress=False)
     # a failed conversion leaves neither the output nor a temp file
     assert sorted(os.listdir(tmp_path)) == ["hf"]

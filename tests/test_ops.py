@@ -79,6 +79,7 @@ UNARY = {
     "relu": lambda x: np.maximum(x, 0.0),
     "silu": silu64,
     "gelu": gelu64,
+    "tanh": np.tanh,
 }
 GATED = {
     "swiglu": lambda a, b: silu64(a) * b,
@@ -309,14 +310,16 @@ def test_soft_max_noncontiguous():
 
 # ---------------------------------------------------------------- rope
 
-def rope64(x, pos, n_dims, mode, base, scale):
-    """x numpy (n_tokens, n_head, head_dim)."""
+def rope64(x, pos, n_dims, mode, base, scale, factors=None, mscale=1.0):
+    """x numpy (n_tokens, n_head, head_dim); factors divide the angles, mscale scales cos/sin."""
     x = x.astype(np.float64)
     out = x.copy()
     half = n_dims // 2
     i = np.arange(half, dtype=np.float64)
     theta = pos.astype(np.float64)[:, None] * scale * base ** (-2.0 * i / n_dims)  # (T, half)
-    c, s = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
+    if factors is not None:
+        theta = theta / factors.astype(np.float64)[None, :]
+    c, s = mscale * np.cos(theta)[:, None, :], mscale * np.sin(theta)[:, None, :]
     if mode == 0:
         x0, x1 = x[..., 0:n_dims:2], x[..., 1:n_dims:2]
         out[..., 0:n_dims:2] = x0 * c - x1 * s
@@ -352,6 +355,20 @@ def test_rope(mode, case):
     check(out, ref)
     # dims past n_dims are copied bit for bit
     assert np.array_equal(out.reshape(t, h, d)[..., n_dims:], x[..., n_dims:])
+
+
+@pytest.mark.parametrize("mode", [0, 2])
+def test_rope_freq_factors(mode):
+    """llama3 / LongRoPE / YaRN: per-pair divisors of the angle and a cos/sin magnitude."""
+    t, h, d, n_dims = 6, 2, 24, 16
+    g = rng(19)
+    x = g.standard_normal((t, h, d)).astype(np.float32)
+    pos = np.array([0, 1, 7, 100, 2000, 30000], np.int32)
+    ff = np.exp(g.uniform(0, 3, size=n_dims // 2)).astype(np.float32)
+    out = run("rope", [x, pos, ff], {"n_dims": n_dims, "mode": mode, "freq_base": 50000.0, "attn_factor": 1.25})
+    check(out, rope64(x, pos, n_dims, mode, 50000.0, 1.0, ff, 1.25))
+    with pytest.raises(ValueError):
+        run("rope", [x, pos, ff[:3]], {"n_dims": n_dims, "mode": mode})
 
 
 @pytest.mark.parametrize("mode", [0, 2])

@@ -149,6 +149,66 @@ def test_pretokenizer_matches_regex(pre, austen):
         assert got == want, f"{pre} on {text[:60]!r}: " + _first_diff(got, want)
 
 
+def _byte_level_table():
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs = bs[:] + [256 + k for k in range(256 - len(bs))]
+    bs = bs + [x for x in range(256) if x not in bs]
+    return {x: chr(c) for x, c in zip(bs, cs)}
+
+
+_BYTE_LEVEL = _byte_level_table()
+
+
+def _byte_level(b):
+    """A byte string in GPT-2's byte-level alphabet (what the tokenizers library's ByteLevel shows)."""
+    return "".join(_BYTE_LEVEL[x] for x in b)
+
+
+FALCON_EDGE = ["1234567", "12 345 6789", "x²³ 1½2 ¼123", "a-b--c...d", "$100+200=300",
+               "can't 'quoted' \"dq\"", "«» — 、。 ¿?", "a  .  b", "(x)  [y]  {z}",
+               "١٢٣٤ १२३", "é!   x"]
+
+
+def test_falcon_pretokenizer_matches_tokenizers(austen):
+    """Falcon's sequence (punctuation, ByteLevel, digits, [0-9]{3}) as the tokenizers library runs it."""
+    import tinymodel  # noqa: F401  (tests/ is on sys.path under pytest)
+
+    ours = _byte_vocab("falcon")
+    ref = tinymodel.falcon_pre_tokenizer()
+    for text in EDGE + FALCON_EDGE + [austen[:1_000_000]]:
+        got = [_byte_level(p) for p in ours.pretokenize(text)]
+        want = [p for p, _ in ref.pre_tokenize_str(text)]
+        assert got == want, f"falcon on {text[:60]!r}: " + _first_diff(got, want)
+
+
+def test_falcon_bpe_austen_ids_match_hf(austen):
+    """A byte-level BPE trained here with Falcon's pre-tokenizer: every id of all of
+    Austen, the edge cases and a multilingual / code / emoji sample equal the
+    tokenizers library's."""
+    import json
+
+    import tinymodel
+    from tokenizers import Tokenizer, decoders, models, trainers
+
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = tinymodel.falcon_pre_tokenizer()
+    tk.decoder = decoders.ByteLevel()
+    tk.train_from_iterator([austen[:300_000], " ".join(EDGE + FALCON_EDGE) * 3],
+                           trainers.BpeTrainer(vocab_size=1200, show_progress=False,
+                                               initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tj = json.loads(tk.to_str())
+    vocab = tj["model"]["vocab"]
+    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]]
+    ours = _core.Vocab("gpt2", "falcon", tokens, [], [], merges, {}, False, False, False)
+    for text in [austen] + EDGE + FALCON_EDGE:
+        got = ours.tokenize(text, add_special=False, parse_special=False)
+        want = tk.encode(text, add_special_tokens=False).ids
+        assert got == want, f"{text[:60]!r}: " + _first_diff(got, want)
+    assert ours.detokenize(ours.tokenize(austen, False, False), remove_special=True, as_bytes=True) == \
+        austen.encode("utf-8")
+
+
 def test_pretokenizer_aliases():
     text = "I'LL pay 1234567 \t\n ok"
     assert _byte_vocab("llama-bpe").pretokenize(text) == _byte_vocab("llama3").pretokenize(text)

@@ -300,10 +300,22 @@ QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[
                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
+def falcon_pre_tokenizer():
+    """The pre-tokenizer of Falcon's tokenizer.json (tiiuae/falcon-*)."""
+    from tokenizers import Regex, pre_tokenizers
+
+    return pre_tokenizers.Sequence([
+        pre_tokenizers.Punctuation(behavior="contiguous"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        pre_tokenizers.Digits(individual_digits=False),
+        pre_tokenizers.Split(Regex("[0-9][0-9][0-9]"), behavior="isolated", invert=False)])
+
+
 def write_bpe_tokenizer(out_dir: str, style: str = "gpt2", merges: Optional[List[str]] = None) -> None:
     """tokenizer.json (built with the `tokenizers` library) + tokenizer_config.json
-    for the tiny byte-level BPE vocabulary; style "gpt2" (ByteLevel regex) or
-    "qwen2" (Split on QWEN2_REGEX, then ByteLevel without its regex)."""
+    for the tiny byte-level BPE vocabulary; style "gpt2" (ByteLevel regex),
+    "falcon" (Falcon's sequence) or "qwen2" (Split on QWEN2_REGEX, then ByteLevel
+    without its regex)."""
     import json
 
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
@@ -315,6 +327,8 @@ def write_bpe_tokenizer(out_dir: str, style: str = "gpt2", merges: Optional[List
     tk = Tokenizer(bpe)
     if style == "gpt2":
         tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    elif style == "falcon":
+        tk.pre_tokenizer = falcon_pre_tokenizer()
     else:
         tk.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(QWEN2_REGEX), behavior="isolated", invert=False),

@@ -1,4 +1,4 @@
-"""Perplexity against FFN sparsity in threshold mode (CATS/TEAL-style) for SmolLM2.
+"""Perplexity against FFN sparsity in threshold mode (CATS/TEAL-style) for SmolLM2 (or --model).
 
     PINFER_BUILD_DIR=build python tools/sparsity_curve.py [--model M.gguf] [--windows 4]
 
@@ -71,8 +71,12 @@ def main(argv=None):
             print(f"target {t:.1f}: measured sparsity {1 - active:.3f}, ppl {ppl:.3f} +/- {err:.3f}", flush=True)
 
     name = os.path.basename(model_path)
+    cmd = "PINFER_BUILD_DIR=build python tools/sparsity_curve.py"
+    if args.model:
+        cmd += (f" --model {name} --out-md docs/{os.path.basename(args.out_md)}"
+                f" --out-png docs/{os.path.basename(args.out_png)}")
     lines = [
-        "# SmolLM2: perplexity against FFN sparsity (threshold mode)",
+        f"# {'SmolLM2' if not args.model else name}: perplexity against FFN sparsity (threshold mode)",
         "",
         f"Model `{name}`; per-layer |act(gate)| thresholds calibrated with the engine's FFN observer "
         f"on Austen tokens [0, {len(calib)}), perplexity on {args.windows} windows of {args.ctx} tokens "
@@ -82,7 +86,7 @@ def main(argv=None):
         "tokens' active rows, so prompt batches save little) and per token, as a single-token decode "
         "runs it (gate dense, up and down over the token's own active set: (1 + 2 (1 - sparsity)) / 3).",
         "",
-        "Produced by `PINFER_BUILD_DIR=build python tools/sparsity_curve.py`.",
+        f"Produced by `{cmd}`.",
         "",
         "| mode | target sparsity | measured sparsity | perplexity | ± | FFN FLOPs vs dense (batch of 256) | FFN FLOPs vs dense (decode) |",
         "|---|---|---|---|---|---|---|",

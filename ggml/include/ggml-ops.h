@@ -27,11 +27,12 @@
     X(NORM, norm, 1, 1, 0, 0, 0)                                                               \
     X(MUL_MAT, mul_mat, 2, 2, 0, 1, 1)                                                         \
     X(GET_ROWS, get_rows, 2, 2, 0, 0, 0)                                                       \
-    X(ROPE, rope, 2, 2, 0, 0, 1)                                                               \
+    X(ROPE, rope, 2, 3, 0, 0, 1)                /* src2: optional per-pair frequency factors */ \
     X(SOFT_MAX, soft_max, 1, 2, 0, 0, 0)        /* src1: optional mask */                      \
     X(RELU, relu, 1, 1, 0, 0, 0)                                                               \
     X(SILU, silu, 1, 1, 0, 0, 0)                                                               \
     X(GELU, gelu, 1, 1, 0, 0, 0)                                                               \
+    X(TANH, tanh, 1, 1, 0, 0, 0)                /* soft-capping: c * tanh(x / c) */            \
     X(SWIGLU, swiglu, 2, 2, 0, 0, 0)            /* silu(a) * b */                              \
     X(REGLU, reglu, 2, 2, 0, 0, 0)              /* relu(a) * b */                              \
     X(GEGLU, geglu, 2, 2, 0, 0, 0)              /* gelu(a) * b */                              \

@@ -207,12 +207,20 @@ enum ggml_rope_mode { GGML_ROPE_NORMAL = 0, GGML_ROPE_NEOX = 2 };
 // a [head_dim, n_head, n_tokens] F32, pos I32 [n_tokens]; rotates the first n_dims of each head.
 struct ggml_tensor *ggml_rope(struct ggml_context *ctx, struct ggml_tensor *a, struct ggml_tensor *pos,
                               int n_dims, int mode, float freq_base, float freq_scale);
+// rope with per-pair frequency factors (llama3, LongRoPE, YaRN as llama.cpp's
+// rope_freqs / rope_factors_* describe them): theta_i is divided by
+// freq_factors[i] (F32 [n_dims/2], may be NULL), and cos/sin are multiplied
+// by attn_factor (the magnitude correction of YaRN and LongRoPE).
+struct ggml_tensor *ggml_rope_ext(struct ggml_context *ctx, struct ggml_tensor *a, struct ggml_tensor *pos,
+                                  struct ggml_tensor *freq_factors, int n_dims, int mode, float freq_base,
+                                  float freq_scale, float attn_factor);
 // softmax(a * scale + mask) along dim 0; mask F32 [ne0, ne1] broadcast over dims 2,3, may be NULL.
 struct ggml_tensor *ggml_soft_max_ext(struct ggml_context *ctx, struct ggml_tensor *a,
                                       struct ggml_tensor *mask, float scale);
 struct ggml_tensor *ggml_relu(struct ggml_context *ctx, struct ggml_tensor *a);
 struct ggml_tensor *ggml_silu(struct ggml_context *ctx, struct ggml_tensor *a);
 struct ggml_tensor *ggml_gelu(struct ggml_context *ctx, struct ggml_tensor *a);  // tanh approximation
+struct ggml_tensor *ggml_tanh(struct ggml_context *ctx, struct ggml_tensor *a);
 struct ggml_tensor *ggml_swiglu(struct ggml_context *ctx, struct ggml_tensor *a, struct ggml_tensor *b);
 struct ggml_tensor *ggml_reglu(struct ggml_context *ctx, struct ggml_tensor *a, struct ggml_tensor *b);
 struct ggml_tensor *ggml_geglu(struct ggml_context *ctx, struct ggml_tensor *a, struct ggml_tensor *b);

@@ -335,17 +335,26 @@ ggml_tensor *ggml_get_rows(ggml_context *ctx, ggml_tensor *a, ggml_tensor *idx) 
     return r;
 }
 
-ggml_tensor *ggml_rope(ggml_context *ctx, ggml_tensor *a, ggml_tensor *pos, int n_dims, int mode, float freq_base,
-                       float freq_scale) {
+ggml_tensor *ggml_rope_ext(ggml_context *ctx, ggml_tensor *a, ggml_tensor *pos, ggml_tensor *freq_factors, int n_dims,
+                           int mode, float freq_base, float freq_scale, float attn_factor) {
     if (pos->type != GGML_TYPE_I32 || pos->ne[0] != a->ne[2]) ggml_abort("rope: pos must be I32 [n_tokens]");
     if (n_dims > a->ne[0] || n_dims % 2) ggml_abort("rope: bad n_dims %d", n_dims);
+    if (freq_factors && (freq_factors->type != GGML_TYPE_F32 || ggml_nelements(freq_factors) < n_dims / 2))
+        ggml_abort("rope: freq_factors must be F32 with n_dims/2 elements");
     ggml_tensor *r = unary(ctx, GGML_OP_ROPE, a);
     r->src[1] = pos;
+    r->src[2] = freq_factors;
     r->op_params[0] = n_dims;
     r->op_params[1] = mode;
     set_f32_param(r, 2, freq_base);
     set_f32_param(r, 3, freq_scale);
+    set_f32_param(r, 4, attn_factor);
     return r;
+}
+
+ggml_tensor *ggml_rope(ggml_context *ctx, ggml_tensor *a, ggml_tensor *pos, int n_dims, int mode, float freq_base,
+                       float freq_scale) {
+    return ggml_rope_ext(ctx, a, pos, nullptr, n_dims, mode, freq_base, freq_scale, 1.0f);
 }
 
 ggml_tensor *ggml_soft_max_ext(ggml_context *ctx, ggml_tensor *a, ggml_tensor *mask, float scale) {
@@ -360,6 +369,7 @@ ggml_tensor *ggml_soft_max_ext(ggml_context *ctx, ggml_tensor *a, ggml_tensor *m
 ggml_tensor *ggml_relu(ggml_context *ctx, ggml_tensor *a) { return unary(ctx, GGML_OP_RELU, a); }
 ggml_tensor *ggml_silu(ggml_context *ctx, ggml_tensor *a) { return unary(ctx, GGML_OP_SILU, a); }
 ggml_tensor *ggml_gelu(ggml_context *ctx, ggml_tensor *a) { return unary(ctx, GGML_OP_GELU, a); }
+ggml_tensor *ggml_tanh(ggml_context *ctx, ggml_tensor *a) { return unary(ctx, GGML_OP_TANH, a); }
 ggml_tensor *ggml_swiglu(ggml_context *ctx, ggml_tensor *a, ggml_tensor *b) { return gated(ctx, GGML_OP_SWIGLU, a, b); }
 ggml_tensor *ggml_reglu(ggml_context *ctx, ggml_tensor *a, ggml_tensor *b) { return gated(ctx, GGML_OP_REGLU, a, b); }
 ggml_tensor *ggml_geglu(ggml_context *ctx, ggml_tensor *a, ggml_tensor *b) { return gated(ctx, GGML_OP_GEGLU, a, b); }

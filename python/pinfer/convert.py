@@ -2,7 +2,7 @@
 
     pinfer convert HF_DIR -o model.gguf --type f16
 
-Supported architectures (config.json "architectures"):
+Supported architectures (config.json "architectures"; the table FAMILIES):
 
 - LlamaForCausalLM, MistralForCausalLM -> GGUF "llama". q_proj/k_proj rows are
   permuted within each head because GGUF's llama RoPE rotates adjacent pairs
@@ -12,13 +12,31 @@ Supported architectures (config.json "architectures"):
   Bamboo-style relu(gate) * relu(up) ("relu-both") is never guessed: it needs
   hidden_act "relu" AND an explicit signal, either ``"pinfer_ffn_act": "relu-both"``
   in config.json or ``--ffn-act relu-both`` (``convert(..., ffn_act="relu-both")``).
+  Mistral's sliding_window -> llama.attention.sliding_window (every layer).
 - Qwen2ForCausalLM -> "qwen2": q/k/v biases, NeoX RoPE (rows unpermuted).
+- Qwen3ForCausalLM -> "qwen3": per-head q/k RMS norms (attn_q_norm, attn_k_norm).
+- GemmaForCausalLM / Gemma2ForCausalLM / Gemma3ForCausalLM -> "gemma" / "gemma2" /
+  "gemma3": GeGLU (tanh GELU), tied output; Gemma's RMSNorm scales by (1 + w), so
+  every norm weight is written as w + 1 (as llama.cpp's converter does). Gemma 2/3:
+  post_attention_norm, ffn_norm (the pre-FFN norm), post_ffw_norm; soft-capping
+  (attn_logit_softcapping, final_logit_softcapping); sliding window on llama.cpp's
+  fixed layer pattern (Gemma 2: every other layer, Gemma 3: 5 of 6; other
+  layer_types are refused); attention.scale from query_pre_attn_scalar where it is
+  not head_dim. Gemma 3: rope.freq_base_swa for the windowed layers.
+- Phi3ForCausalLM -> "phi3": qkv_proj -> attn_qkv and gate_up_proj -> ffn_up stay
+  fused, as llama.cpp writes them; sliding_window on every layer.
 - FalconForCausalLM (also the older RWForCausalLM) -> "falcon": fused
   query_key_value rewritten as [all q heads; all k heads; all v heads], parallel
   attention + MLP, LayerNorm with bias, NeoX RoPE, ungated GELU MLP; with
   activation "relu" (ReluFalcon) pinfer.ffn_act = "relu". pinfer's GELU is the
   tanh approximation (as in llama.cpp), so a model trained with exact GELU is
   approximated (|error| < 4e-4 per activation).
+
+RoPE scaling (rope_parameters / rope_scaling), written as llama.cpp does: linear
+and YaRN as rope.scaling.* keys (YaRN's frequency factors are computed at load);
+llama3 as the rope_freqs tensor (each pair's angle divisor); LongRoPE (Phi-3) as
+rope_factors_short / rope_factors_long with rope.scaling.attn_factor and
+rope.scaling.original_context_length.
 
 Weights come from *.safetensors (read here from the file header + a memory map,
 which also covers bf16, which numpy cannot hold) or from PyTorch *.bin files
@@ -37,7 +55,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -46,13 +64,6 @@ from .outfile import atomic_output, check_output
 TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
 # general.file_type values (llama.cpp's LLAMA_FTYPE_* numbering)
 FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "bf16": 32}
-ARCHS = {
-    "LlamaForCausalLM": "llama",
-    "MistralForCausalLM": "llama",
-    "Qwen2ForCausalLM": "qwen2",
-    "FalconForCausalLM": "falcon",
-    "RWForCausalLM": "falcon",
-}
 FFN_ACTS = ("silu", "gelu", "relu", "relu-both")
 
 # GGUF token types
@@ -208,8 +219,13 @@ def _bpe_pre(tj: dict) -> str:
             return "qwen2"
     if kinds == ["Digits", "ByteLevel"] and items[0].get("individual_digits") and items[1].get("use_regex", True):
         return "smollm"
+    if (kinds == ["Punctuation", "ByteLevel", "Digits", "Split"] and items[0].get("behavior") == "Contiguous"
+            and items[1].get("use_regex", True) and not items[2].get("individual_digits")
+            and items[3].get("pattern") == {"Regex": "[0-9][0-9][0-9]"} and items[3].get("behavior") == "Isolated"
+            and not items[3].get("invert")):
+        return "falcon"
     raise ConvertError(f"unsupported byte-level BPE pre-tokenizer {json.dumps(pt)[:300]} "
-                       "(supported: gpt2, llama3, qwen2, smollm/starcoder styles)")
+                       "(supported: gpt2, llama3, qwen2, smollm/starcoder, falcon styles)")
 
 
 def _special_id(value, token_ids: Dict[str, int]) -> Optional[int]:
@@ -338,18 +354,85 @@ def _get(cfg: dict, *names, default=None):
     return default
 
 
+def _rope_params(cfg: dict, layer_type: Optional[str] = None) -> dict:
+    """The RoPE parameters of a config (transformers 5 rope_parameters, per layer
+    type where the model has several, or the older rope_theta + rope_scaling)."""
+    params = dict(cfg.get("rope_parameters") or {})
+    if layer_type is not None and isinstance(params.get(layer_type), dict):
+        params = dict(params[layer_type])
+    elif any(isinstance(v, dict) for v in params.values()):
+        raise ConvertError("per-layer-type rope_parameters are not supported for this architecture")
+    params.update({k: v for k, v in (cfg.get("rope_scaling") or {}).items() if v is not None})
+    if "rope_theta" not in params:
+        params["rope_theta"] = float(_get(cfg, "rope_theta", default=10000.0))
+    kind = params.get("rope_type", params.get("type")) or "default"
+    params["rope_type"] = {"su": "longrope"}.get(kind, kind)  # Phi-3's first name for LongRoPE
+    return params
+
+
 def _rope(cfg: dict) -> Tuple[float, Optional[float]]:
-    """(rope_theta, linear scaling factor or None); refuses other scalings."""
-    params = cfg.get("rope_parameters") or {}
-    scaling = cfg.get("rope_scaling") or {}
-    theta = float(_get(cfg, "rope_theta", default=params.get("rope_theta", 10000.0)))
-    kind = scaling.get("rope_type", scaling.get("type")) or params.get("rope_type", "default")
-    factor = scaling.get("factor", params.get("factor"))
-    if kind in ("default", None):
-        return theta, None
-    if kind == "linear":
-        return theta, float(factor)
-    raise ConvertError(f"unsupported RoPE scaling '{kind}' (supported: none, linear)")
+    """(rope_theta, linear scaling factor or None) for architectures without frequency factors."""
+    p = _rope_params(cfg)
+    if p["rope_type"] == "default":
+        return float(p["rope_theta"]), None
+    if p["rope_type"] == "linear":
+        return float(p["rope_theta"]), float(p["factor"])
+    raise ConvertError(f"unsupported RoPE scaling '{p['rope_type']}' (supported: none, linear)")
+
+
+def _rope_meta(cfg: dict, n_rot: int, layer_type: Optional[str] = None) -> Tuple[dict, Dict[str, np.ndarray]]:
+    """GGUF rope.* keys and frequency-factor tensors, as llama.cpp writes them:
+    linear and YaRN as rope.scaling.* keys; llama3 as rope_freqs (the divisor of
+    each pair's angle); LongRoPE as rope_factors_short/long plus attn_factor."""
+    p = _rope_params(cfg, layer_type)
+    kind, theta = p["rope_type"], float(p["rope_theta"])
+    meta: dict = {"rope.freq_base": theta}
+    tensors: Dict[str, np.ndarray] = {}
+    max_pos = int(_get(cfg, "max_position_embeddings", default=2048))
+    orig = p.get("original_max_position_embeddings") or cfg.get("original_max_position_embeddings")
+    inv = theta ** (-np.arange(0, n_rot, 2, dtype=np.float64) / n_rot)
+    if kind == "default":
+        pass
+    elif kind == "linear":
+        meta.update({"rope.scaling.type": "linear", "rope.scaling.factor": float(p["factor"])})
+    elif kind == "llama3":
+        factor, lo, hi = float(p["factor"]), float(p["low_freq_factor"]), float(p["high_freq_factor"])
+        old = float(orig)
+        wavelen = 2 * np.pi / inv
+        smooth = np.clip((old / wavelen - lo) / (hi - lo), 0.0, 1.0)  # 0: interpolate by factor, 1: keep
+        tensors["rope_freqs.weight"] = (1.0 / ((1 - smooth) / factor + smooth)).astype(np.float32)
+    elif kind == "yarn":
+        if orig is None:
+            raise ConvertError("YaRN rope_parameters need original_max_position_embeddings")
+        factor = float(p.get("factor") or max_pos / float(orig))
+        if p.get("mscale") or p.get("mscale_all_dim"):
+            raise ConvertError("YaRN with mscale/mscale_all_dim is not supported")
+        if not p.get("truncate", True):
+            raise ConvertError("YaRN with truncate=false is not supported")
+        meta.update({"rope.scaling.type": "yarn", "rope.scaling.factor": factor,
+                     "rope.scaling.original_context_length": int(orig)})
+        for key, default in (("beta_fast", 32.0), ("beta_slow", 1.0)):
+            if p.get(key) and float(p[key]) != default:
+                meta[f"rope.scaling.yarn_{key}"] = float(p[key])
+        if p.get("attention_factor") is not None:  # stored relative to YaRN's own 1 + 0.1 ln(factor)
+            meta["rope.scaling.yarn_attn_factor"] = float(p["attention_factor"]) / (
+                1.0 + 0.1 * np.log(factor) if factor > 1 else 1.0)
+    elif kind == "longrope":
+        if orig is None:
+            raise ConvertError("LongRoPE needs original_max_position_embeddings")
+        scale = float(p.get("factor") or max_pos / float(orig))
+        att = p.get("attention_factor")
+        if att is None:
+            att = np.sqrt(1 + np.log(scale) / np.log(float(orig))) if scale > 1 else 1.0
+        for which in ("short", "long"):
+            f = np.asarray(p[f"{which}_factor"], dtype=np.float32)
+            if f.shape != (n_rot // 2,):
+                raise ConvertError(f"LongRoPE {which}_factor has {f.size} values, expected {n_rot // 2}")
+            tensors[f"rope_factors_{which}.weight"] = f
+        meta.update({"rope.scaling.attn_factor": float(att), "rope.scaling.original_context_length": int(orig)})
+    else:
+        raise ConvertError(f"unsupported RoPE scaling '{kind}' (supported: none, linear, llama3, yarn, longrope)")
+    return meta, tensors
 
 
 def _permute_rope_rows(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -358,20 +441,46 @@ def _permute_rope_rows(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, d // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-Plan = List[Tuple[str, str, Callable[[], np.ndarray]]]  # (gguf name, hf name, producer)
+# (gguf name, hf name or None for a tensor made here, producer)
+Plan = List[Tuple[str, Optional[str], Callable[[], np.ndarray]]]
 
 
-def _llama_like(cfg: dict, arch: str, w: _Weights, ffn_act: Optional[str]) -> Tuple[dict, Plan]:
+class _Family(NamedTuple):
+    """What a llama-like Hugging Face family changes in the conversion."""
+    arch: str                 # GGUF general.architecture (llama.cpp's name)
+    permute_qk: bool = False  # GGUF llama ropes adjacent pairs: q/k rows reordered per head
+    qkv_bias: bool = False    # q/k/v biases (qwen2)
+    qk_norm: bool = False     # self_attn.q_norm / k_norm -> attn_q_norm / attn_k_norm
+    plus_one: bool = False    # Gemma's RMSNorm scales by (1 + w): every norm weight is stored as w + 1
+    post_norms: bool = False  # Gemma 2/3: post_attention_norm, ffn_norm (pre-FFN), post_ffw_norm
+    fused: bool = False       # Phi-3: qkv_proj -> attn_qkv, gate_up_proj -> ffn_up
+    window: str = "none"      # sliding window: "none" (refused), "all" layers, or "pattern" (every swa_pattern)
+    swa_pattern: int = 0      # windowed unless i % p == p - 1 (llama.cpp's fixed pattern for the arch)
+
+
+FAMILIES = {
+    "LlamaForCausalLM": _Family("llama", permute_qk=True),
+    "MistralForCausalLM": _Family("llama", permute_qk=True, window="all"),
+    "Qwen2ForCausalLM": _Family("qwen2", qkv_bias=True),
+    "Qwen3ForCausalLM": _Family("qwen3", qk_norm=True),
+    "GemmaForCausalLM": _Family("gemma", plus_one=True),
+    "Gemma2ForCausalLM": _Family("gemma2", plus_one=True, post_norms=True, window="pattern", swa_pattern=2),
+    "Gemma3ForCausalLM": _Family("gemma3", plus_one=True, post_norms=True, qk_norm=True, window="pattern",
+                                 swa_pattern=6),
+    "Phi3ForCausalLM": _Family("phi3", fused=True, window="all"),
+}
+
+
+def _llama_like(cfg: dict, fam: _Family, w: _Weights, ffn_act: Optional[str]) -> Tuple[dict, Plan]:
+    arch = fam.arch
     n_embd, n_head = cfg["hidden_size"], cfg["num_attention_heads"]
     n_head_kv = _get(cfg, "num_key_value_heads", default=n_head)
     head_dim = _get(cfg, "head_dim", default=n_embd // n_head)
-    act = cfg.get("hidden_act", "silu")
-    if arch == "llama":
-        for flag in ("attention_bias", "mlp_bias"):
-            if cfg.get(flag):
-                raise ConvertError(f"llama with {flag}=true is not supported")
-    elif arch == "qwen2" and cfg.get("use_sliding_window"):
-        raise ConvertError("qwen2 with use_sliding_window=true is not supported")
+    n_layer = cfg["num_hidden_layers"]
+    act = _get(cfg, "hidden_activation", "hidden_act", default="silu")
+    for flag in ("attention_bias", "mlp_bias"):
+        if cfg.get(flag) and not (flag == "attention_bias" and fam.qkv_bias):
+            raise ConvertError(f"{arch} with {flag}=true is not supported")
     acts = {"silu": "silu", "swish": "silu", "relu": "relu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu",
             "gelu_new": "gelu"}
     if act not in acts:
@@ -385,50 +494,101 @@ def _llama_like(cfg: dict, arch: str, w: _Weights, ffn_act: Optional[str]) -> Tu
             raise ConvertError(f"FFN activation '{want}' contradicts hidden_act '{act}' "
                                "(relu-both needs hidden_act relu)")
         ffn = want
-    theta, scale = _rope(cfg)
+    n_rot = int(head_dim * float(_rope_params(cfg, "full_attention" if fam.window == "pattern" else None)
+                                 .get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))))
     tied = bool(cfg.get("tie_word_embeddings", False)) or "lm_head.weight" not in w
     meta = {
         "context_length": int(_get(cfg, "max_position_embeddings", default=2048)),
         "embedding_length": n_embd,
-        "block_count": cfg["num_hidden_layers"],
+        "block_count": n_layer,
         "feed_forward_length": cfg["intermediate_size"],
         "attention.head_count": n_head,
         "attention.head_count_kv": n_head_kv,
-        "rope.freq_base": theta,
         "attention.layer_norm_rms_epsilon": float(_get(cfg, "rms_norm_eps", default=1e-6)),
-        "rope.dimension_count": head_dim,
+        "rope.dimension_count": n_rot,
         "ffn_act": ffn,
     }
-    if head_dim * n_head != n_embd:
+    if head_dim * n_head != n_embd or fam.qk_norm:
         meta["attention.key_length"] = head_dim
         meta["attention.value_length"] = head_dim
-    if scale is not None:
-        meta["rope.scaling.type"] = "linear"
-        meta["rope.scaling.factor"] = scale
+
+    # RoPE, and the sliding window with the layers it applies to
+    layer_types = cfg.get("layer_types")
+    window = cfg.get("sliding_window")
+    if cfg.get("use_sliding_window") is False or fam.window == "none":
+        if fam.window == "none" and (cfg.get("use_sliding_window") or
+                                     (layer_types and "sliding_attention" in layer_types and window)):
+            raise ConvertError(f"{arch} with a sliding window is not supported")
+        window = None
+    extra: Dict[str, np.ndarray] = {}
+    if fam.window == "pattern":
+        p = fam.swa_pattern
+        expect = ["sliding_attention" if i % p < p - 1 else "full_attention" for i in range(n_layer)]
+        if layer_types is not None and list(layer_types) != expect:
+            raise ConvertError(f"{arch} layer_types {layer_types} differ from the {p - 1}:1 local/global pattern "
+                               "llama.cpp assumes for this architecture")
+        rope, extra = _rope_meta(cfg, n_rot, "full_attention")
+        if "sliding_attention" in (cfg.get("rope_parameters") or {}):
+            local, local_t = _rope_meta(cfg, n_rot, "sliding_attention")
+            if len(local) != 1 or local_t:
+                raise ConvertError(f"{arch}: RoPE scaling on the sliding-window layers is not supported")
+            if local["rope.freq_base"] != rope["rope.freq_base"]:
+                meta["rope.freq_base_swa"] = local["rope.freq_base"]
+    else:
+        if layer_types and "sliding_attention" in layer_types and layer_types.count("sliding_attention") != n_layer:
+            raise ConvertError(f"{arch} with sliding-window attention on some layers only is not supported")
+        rope, extra = _rope_meta(cfg, n_rot)
+    meta.update(rope)
+    if window:
+        meta["attention.sliding_window"] = int(window)
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if cfg.get(key):
+            meta[key] = float(cfg[key])
+    qpas = cfg.get("query_pre_attn_scalar")
+    if qpas is not None and float(qpas) != float(head_dim):
+        meta["attention.scale"] = float(qpas) ** -0.5
 
     plan: Plan = []
 
     def add(dst: str, src: str, fn: Optional[Callable[[np.ndarray], np.ndarray]] = None):
+        if fam.plus_one and dst.endswith("norm.weight"):
+            fn = (lambda a, f=fn: (f(a) if f else a) + 1.0)
         plan.append((dst, src, (lambda: fn(w.get(src))) if fn else (lambda: w.get(src))))
 
+    for dst, a in extra.items():
+        plan.append((dst, None, (lambda a=a: a)))
     add("token_embd.weight", "model.embed_tokens.weight")
-    for i in range(cfg["num_hidden_layers"]):
+    for i in range(n_layer):
         p, b = f"model.layers.{i}.", f"blk.{i}."
         add(b + "attn_norm.weight", p + "input_layernorm.weight")
-        if arch == "llama":
+        if fam.fused:
+            add(b + "attn_qkv.weight", p + "self_attn.qkv_proj.weight")
+        elif fam.permute_qk:
             add(b + "attn_q.weight", p + "self_attn.q_proj.weight", lambda a: _permute_rope_rows(a, n_head))
             add(b + "attn_k.weight", p + "self_attn.k_proj.weight", lambda a: _permute_rope_rows(a, n_head_kv))
         else:
             add(b + "attn_q.weight", p + "self_attn.q_proj.weight")
             add(b + "attn_k.weight", p + "self_attn.k_proj.weight")
-        add(b + "attn_v.weight", p + "self_attn.v_proj.weight")
-        if arch == "qwen2":
+        if not fam.fused:
+            add(b + "attn_v.weight", p + "self_attn.v_proj.weight")
+        if fam.qkv_bias:
             for x in "qkv":
                 add(b + f"attn_{x}.bias", p + f"self_attn.{x}_proj.bias")
+        if fam.qk_norm:
+            add(b + "attn_q_norm.weight", p + "self_attn.q_norm.weight")
+            add(b + "attn_k_norm.weight", p + "self_attn.k_norm.weight")
         add(b + "attn_output.weight", p + "self_attn.o_proj.weight")
-        add(b + "ffn_norm.weight", p + "post_attention_layernorm.weight")
-        add(b + "ffn_gate.weight", p + "mlp.gate_proj.weight")
-        add(b + "ffn_up.weight", p + "mlp.up_proj.weight")
+        if fam.post_norms:
+            add(b + "post_attention_norm.weight", p + "post_attention_layernorm.weight")
+            add(b + "ffn_norm.weight", p + "pre_feedforward_layernorm.weight")
+            add(b + "post_ffw_norm.weight", p + "post_feedforward_layernorm.weight")
+        else:
+            add(b + "ffn_norm.weight", p + "post_attention_layernorm.weight")
+        if fam.fused:
+            add(b + "ffn_up.weight", p + "mlp.gate_up_proj.weight")  # rows [gate; up]
+        else:
+            add(b + "ffn_gate.weight", p + "mlp.gate_proj.weight")
+            add(b + "ffn_up.weight", p + "mlp.up_proj.weight")
         add(b + "ffn_down.weight", p + "mlp.down_proj.weight")
     add("output_norm.weight", "model.norm.weight")
     if not tied:
@@ -517,6 +677,10 @@ def _falcon(cfg: dict, w: _Weights, ffn_act: Optional[str]) -> Tuple[dict, Plan]
     return meta, plan
 
 
+FALCON = ("FalconForCausalLM", "RWForCausalLM")
+ARCHS = list(FAMILIES) + list(FALCON)  # the Hugging Face classes convert() takes
+
+
 # ---------------------------------------------------------------- output
 
 def _to_bf16_bits(a: np.ndarray) -> np.ndarray:
@@ -550,13 +714,14 @@ def convert(hf_dir: str, out_path: str, type: str = "f16", ffn_act: Optional[str
     if hf_arch is None:
         raise ConvertError(f"unsupported architecture {archs or cfg.get('model_type')!r} "
                            f"(supported: {', '.join(ARCHS)})")
-    arch = ARCHS[hf_arch]
     w = _Weights(hf_dir)
-    if arch == "falcon":
+    if hf_arch in FALCON:
+        arch = "falcon"
         meta, plan = _falcon(cfg, w, ffn_act)
         embd_name = "transformer.word_embeddings.weight"
     else:
-        meta, plan = _llama_like(cfg, arch, w, ffn_act)
+        arch = FAMILIES[hf_arch].arch
+        meta, plan = _llama_like(cfg, FAMILIES[hf_arch], w, ffn_act)
         embd_name = "model.embed_tokens.weight"
     n_vocab = w.shape(embd_name)[0]
     tok = _tokenizer_meta(hf_dir, cfg, n_vocab)
@@ -580,7 +745,7 @@ def convert(hf_dir: str, out_path: str, type: str = "f16", ffn_act: Optional[str
                 wr.add_string("pinfer.ffn_act", v)
             elif isinstance(v, str):
                 wr.add_string(f"{arch}.{k}", v)
-            elif isinstance(v, float):
+            elif isinstance(v, (float, np.floating)):
                 wr.add_float32(f"{arch}.{k}", v)
             else:
                 wr.add_uint32(f"{arch}.{k}", int(v))
@@ -612,7 +777,7 @@ def convert(hf_dir: str, out_path: str, type: str = "f16", ffn_act: Optional[str
         jobs = []
         fallback = []
         for dst, src, fn in plan:
-            shape = w.shape(src)
+            shape = w.shape(src) if src is not None else fn().shape
             if len(shape) == 1 or type == "f32":
                 t = "f32"
             elif info["is_quantized"] and shape[-1] % info["blck_size"]:

@@ -244,9 +244,10 @@ struct Graph {
             f32(s[0], "a");
             const float eps = (float)fparam(params, "eps", op == GGML_OP_NORM ? 1e-5 : 1e-6);
             r = op == GGML_OP_NORM ? ggml_norm(ctx, s[0], eps) : ggml_rms_norm(ctx, s[0], eps);
-        } else if (op == GGML_OP_RELU || op == GGML_OP_SILU || op == GGML_OP_GELU) {
+        } else if (op == GGML_OP_RELU || op == GGML_OP_SILU || op == GGML_OP_GELU || op == GGML_OP_TANH) {
             f32(s[0], "a");
-            r = op == GGML_OP_RELU ? ggml_relu(ctx, s[0]) : op == GGML_OP_SILU ? ggml_silu(ctx, s[0]) : ggml_gelu(ctx, s[0]);
+            r = op == GGML_OP_RELU ? ggml_relu(ctx, s[0]) : op == GGML_OP_SILU ? ggml_silu(ctx, s[0])
+                : op == GGML_OP_GELU ? ggml_gelu(ctx, s[0]) : ggml_tanh(ctx, s[0]);
         } else if (op == GGML_OP_SWIGLU || op == GGML_OP_REGLU || op == GGML_OP_GEGLU) {
             f32(s[0], "a");
             f32(s[1], "b");
@@ -280,8 +281,11 @@ struct Graph {
                 throw nb::value_error("rope: pos must be int32 [n_tokens] with n_tokens = ne2 of a");
             if (n_dims <= 0 || n_dims > s[0]->ne[0] || n_dims % 2) throw nb::value_error("rope: n_dims must be even, in (0, head_dim]");
             if (mode != 0 && mode != 2) throw nb::value_error("rope: mode must be 0 (normal) or 2 (neox)");
-            r = ggml_rope(ctx, s[0], s[1], n_dims, mode, (float)fparam(params, "freq_base", 10000.0),
-                          (float)fparam(params, "freq_scale", 1.0));
+            ggml_tensor *ff = s.size() > 2 ? s[2] : nullptr;
+            if (ff && (ff->type != GGML_TYPE_F32 || !ggml_is_contiguous(ff) || ggml_nelements(ff) < n_dims / 2))
+                throw nb::value_error("rope: freq_factors must be contiguous float32 with n_dims/2 elements");
+            r = ggml_rope_ext(ctx, s[0], s[1], ff, n_dims, mode, (float)fparam(params, "freq_base", 10000.0),
+                              (float)fparam(params, "freq_scale", 1.0), (float)fparam(params, "attn_factor", 1.0));
         } else if (op == GGML_OP_SOFT_MAX) {
             f32(s[0], "a");
             ggml_tensor *mask = s.size() > 1 ? s[1] : nullptr;

@@ -133,6 +133,7 @@ static std::vector<op_case> make_cases() {
         add("relu" + t, 0, [T](inputs &in) { return ggml_relu(in.ctx, in.f32(70, T)); });
         add("silu" + t, 1e-10, [T](inputs &in) { return ggml_silu(in.ctx, in.f32(70, T, 1, 1, -6, 6)); });
         add("gelu" + t, 1e-8, [T](inputs &in) { return ggml_gelu(in.ctx, in.f32(70, T, 1, 1, -6, 6)); });
+        add("tanh" + t, 1e-8, [T](inputs &in) { return ggml_tanh(in.ctx, in.f32(70, T, 1, 1, -6, 6)); });
         add("swiglu" + t, 1e-10, [T](inputs &in) { return ggml_swiglu(in.ctx, in.f32(48, T), in.f32(48, T)); });
         add("reglu" + t, 0, [T](inputs &in) { return ggml_reglu(in.ctx, in.f32(48, T), in.f32(48, T)); });
         add("geglu" + t, 1e-8, [T](inputs &in) { return ggml_geglu(in.ctx, in.f32(48, T), in.f32(48, T)); });
@@ -146,6 +147,12 @@ static std::vector<op_case> make_cases() {
                 for (int64_t i = 0; i < T; i++) pos[(size_t)i] = (int32_t)(3 * i + 11);
                 return ggml_rope(in.ctx, in.f32(64, 3, T), in.i32(pos, T), 48, mode, 10000.0f, 1.0f);
             });
+        add("rope freq factors" + t, 1e-9, [T](inputs &in) {
+            std::vector<int32_t> pos((size_t)T);
+            for (int64_t i = 0; i < T; i++) pos[(size_t)i] = (int32_t)(5 * i + 2);
+            return ggml_rope_ext(in.ctx, in.f32(32, 2, T), in.i32(pos, T), in.f32(16, 1, 1, 1, 1, 8), 32, GGML_ROPE_NEOX,
+                                 50000.0f, 1.0f, 1.2f);
+        });
         add("cpy f32->f16 of a transpose" + t, 0, [T](inputs &in) {
             ggml_tensor *a = in.f32(T, 29);
             ggml_tensor *dst = ggml_new_tensor_2d(in.ctx, GGML_TYPE_F16, 29, T);

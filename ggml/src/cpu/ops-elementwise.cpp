@@ -148,6 +148,10 @@ void ggml_compute_forward_gelu(const ggml_compute_params *p, ggml_tensor *dst) {
     map_unary(p, dst, "gelu", op_gelu);
 }
 
+void ggml_compute_forward_tanh(const ggml_compute_params *p, ggml_tensor *dst) {
+    map_unary(p, dst, "tanh", [](float x) { return tanhf(x); });
+}
+
 void ggml_compute_forward_swiglu(const ggml_compute_params *p, ggml_tensor *dst) {
     map_gated(p, dst, "swiglu", op_silu);
 }

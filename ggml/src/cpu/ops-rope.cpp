@@ -1,8 +1,9 @@
 // Rotary position embedding.
 //
 // a [head_dim, n_head, n_tokens, ne3] F32, pos I32 [n_tokens]. For pair i in
-// [0, n_dims/2): theta_i = pos * freq_scale * freq_base^(-2i/n_dims), and the
-// pair (x0, x1) becomes (x0 cos - x1 sin, x0 sin + x1 cos). The pair is
+// [0, n_dims/2): theta_i = pos * freq_scale * freq_base^(-2i/n_dims) / f_i
+// (f = src2, the optional frequency factors; 1 without), and the pair
+// (x0, x1) becomes m (x0 cos - x1 sin, x0 sin + x1 cos), m = attn_factor. The pair is
 // (2i, 2i+1) in normal mode and (i, i + n_dims/2) in NeoX mode; dims from
 // n_dims up are copied unchanged.
 //
@@ -26,14 +27,20 @@ namespace {
 // Per-worker scratch: n_dims floats (cos then sin), padded to a cache line.
 size_t slice_bytes(int n_dims) { return ((size_t)n_dims * sizeof(float) + 63) / 64 * 64; }
 
-void angles_one(int32_t pos, int i, int n_dims, double freq_base, double freq_scale, float *c, float *s) {
-    const double theta = (double)pos * freq_scale * pow(freq_base, -2.0 * i / n_dims);
-    *c = (float)cos(theta);
-    *s = (float)sin(theta);
+struct rope_freqs {
+    double base, scale, mscale;
+    const float *factors;  // n_dims/2 divisors of the angle, or nullptr
+};
+
+void angles_one(int32_t pos, int i, int n_dims, const rope_freqs &f, float *c, float *s) {
+    double theta = (double)pos * f.scale * pow(f.base, -2.0 * i / n_dims);
+    if (f.factors) theta /= (double)f.factors[i];
+    *c = (float)(f.mscale * cos(theta));
+    *s = (float)(f.mscale * sin(theta));
 }
 
-void angles(int32_t pos, int n_dims, double freq_base, double freq_scale, float *cs, float *sn) {
-    for (int i = 0; i < n_dims / 2; i++) angles_one(pos, i, n_dims, freq_base, freq_scale, &cs[i], &sn[i]);
+void angles(int32_t pos, int n_dims, const rope_freqs &f, float *cs, float *sn) {
+    for (int i = 0; i < n_dims / 2; i++) angles_one(pos, i, n_dims, f, &cs[i], &sn[i]);
 }
 
 }  // namespace
@@ -47,15 +54,20 @@ extern "C" void ggml_compute_forward_rope(const ggml_compute_params *p, ggml_ten
     const ggml_tensor *pos = dst->src[1];
     const int n_dims = dst->op_params[0];
     const int mode = dst->op_params[1];
-    float freq_base, freq_scale;
+    float freq_base, freq_scale, attn_factor;
     memcpy(&freq_base, &dst->op_params[2], sizeof(float));
     memcpy(&freq_scale, &dst->op_params[3], sizeof(float));
+    memcpy(&attn_factor, &dst->op_params[4], sizeof(float));
+    const ggml_tensor *ff = dst->src[2];
 
     if (a->type != GGML_TYPE_F32 || dst->type != GGML_TYPE_F32) fail("only F32 is supported");
     if (!ggml_are_same_shape(a, dst)) fail("dst must have src0's shape");
     if (pos->type != GGML_TYPE_I32 || pos->ne[0] != a->ne[2]) fail("pos must be I32 [n_tokens] (ne[2] of a)");
     if (mode != GGML_ROPE_NORMAL && mode != GGML_ROPE_NEOX) fail("mode must be 0 (normal) or 2 (NeoX)");
     if (n_dims <= 0 || n_dims % 2 != 0 || n_dims > a->ne[0]) fail("n_dims must be even and in (0, head_dim]");
+    if (ff && (ff->type != GGML_TYPE_F32 || !ggml_is_contiguous(ff) || ggml_nelements(ff) < n_dims / 2))
+        fail("freq_factors must be contiguous F32 [n_dims/2]");
+    const rope_freqs fr = {freq_base, freq_scale, attn_factor, ff ? (const float *)ff->data : nullptr};
 
     const int64_t ne0 = dst->ne[0], ne1 = dst->ne[1], ne2 = dst->ne[2];
     const int half = n_dims / 2;
@@ -81,7 +93,7 @@ extern "C" void ggml_compute_forward_rope(const ggml_compute_params *p, ggml_ten
         const int64_t i3 = r / (ne1 * ne2);
         const int32_t ps = *(const int32_t *)((const char *)pos->data + i2 * pos->nb[0]);
         if (cs && cached != i2 + i3 * ne2) {
-            angles(ps, n_dims, freq_base, freq_scale, cs, cs + half);
+            angles(ps, n_dims, fr, cs, cs + half);
             cached = i2 + i3 * ne2;
         }
         const char *x = (const char *)a->data + i1 * a->nb[1] + i2 * a->nb[2] + i3 * a->nb[3];
@@ -111,7 +123,7 @@ extern "C" void ggml_compute_forward_rope(const ggml_compute_params *p, ggml_ten
                     c = cs[i];
                     s = cs[half + i];
                 } else {
-                    angles_one(ps, i, n_dims, freq_base, freq_scale, &c, &s);
+                    angles_one(ps, i, n_dims, fr, &c, &s);
                 }
                 const int64_t j0 = neox ? i : 2 * i, j1 = neox ? i + half : 2 * i + 1;
                 const double x0 = *(const float *)(x + j0 * xs);

@@ -1,5 +1,5 @@
 // Element-by-element ops: add / mul (src1 broadcast), scale, relu / silu /
-// gelu, the gated forms act(a) * b, and sparse_mask. One thread per element;
+// gelu, tanh, the gated forms act(a) * b, and sparse_mask. One thread per element;
 // the float operations are those of the CPU kernels (ops.h), so results match
 // bit for bit where the CPU's do (no contraction into fused multiply-adds).
 #include "ops.cuh"
@@ -14,7 +14,7 @@ __device__ __forceinline__ float gelu(float x) {  // tanh form, as 1 / (1 + exp(
     return __fdiv_rn(x, __fadd_rn(1.0f, expf(__fmul_rn(-2.0f, u))));
 }
 
-enum kind { ADD, MUL, SCALE, RELU, SILU, GELU, SWIGLU, REGLU, GEGLU, MASK };
+enum kind { ADD, MUL, SCALE, RELU, SILU, GELU, TANH, SWIGLU, REGLU, GEGLU, MASK };
 
 __device__ __forceinline__ int64_t offset(const view &v, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
     return i0 * v.nb[0] + i1 * v.nb[1] + i2 * v.nb[2] + i3 * v.nb[3];
@@ -38,6 +38,7 @@ __global__ void map_kernel(view dst, view a, view b, int k, float param, int64_t
         case RELU: r = relu(x); break;
         case SILU: r = silu(x); break;
         case GELU: r = gelu(x); break;
+        case TANH: r = tanhf(x); break;
         case SWIGLU: r = __fmul_rn(silu(x), y); break;
         case REGLU: r = __fmul_rn(relu(x), y); break;
         case GEGLU: r = __fmul_rn(gelu(x), y); break;
@@ -58,6 +59,7 @@ int op_elementwise(context &c, ggml_tensor *dst) {
         case GGML_OP_RELU: k = RELU; break;
         case GGML_OP_SILU: k = SILU; break;
         case GGML_OP_GELU: k = GELU; break;
+        case GGML_OP_TANH: k = TANH; break;
         case GGML_OP_SWIGLU: k = SWIGLU; break;
         case GGML_OP_REGLU: k = REGLU; break;
         case GGML_OP_GEGLU: k = GEGLU; break;

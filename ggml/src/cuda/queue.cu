@@ -61,10 +61,13 @@ bool supports(ggml_backend *, const ggml_tensor *op) {
         case GGML_OP_RELU:
         case GGML_OP_SILU:
         case GGML_OP_GELU:
+        case GGML_OP_TANH:
         case GGML_OP_RMS_NORM:
         case GGML_OP_NORM:
         case GGML_OP_SPARSE_MASK: return f32(a) && f32(op);
-        case GGML_OP_ROPE: return f32(a) && f32(op) && b->type == GGML_TYPE_I32 && op->op_params[0] > 0 && op->op_params[0] % 2 == 0;
+        case GGML_OP_ROPE:
+            return f32(a) && f32(op) && b->type == GGML_TYPE_I32 && op->op_params[0] > 0 && op->op_params[0] % 2 == 0 &&
+                   (!op->src[2] || (f32(op->src[2]) && ggml_is_contiguous(op->src[2])));
         case GGML_OP_SOFT_MAX: return f32(a) && f32(op) && op->nb[0] == sizeof(float) && (!b || f32(b));
         case GGML_OP_ARGMAX: return f32(a) && op->type == GGML_TYPE_I32;
         case GGML_OP_GET_ROWS: return has_format(a->type) && rows_contiguous(a) && b->type == GGML_TYPE_I32 && op->nb[0] == sizeof(float);
@@ -95,6 +98,7 @@ int run_node(context &c, ggml_tensor *t) {
         case GGML_OP_RELU:
         case GGML_OP_SILU:
         case GGML_OP_GELU:
+        case GGML_OP_TANH:
         case GGML_OP_SWIGLU:
         case GGML_OP_REGLU:
         case GGML_OP_GEGLU:
