@@ -80,8 +80,8 @@ ggml_tensor *llama_like_graph(ggml_context *ctx, ggml_cgraph *gf, const model &m
         k = ggml_rope(ctx, k, graph_pos(ctx, in), hp.n_rot, hp.rope_mode, hp.rope_freq_base, hp.rope_freq_scale);
         cur = build_attention(ctx, gf, hp, kv, in, (int)il, q, k, v);
         if (il == hp.n_layer - 1) {  // only the rows whose logits are wanted go on
-            cur = build_select_outputs(ctx, cur, in.n_outputs);
-            x = build_select_outputs(ctx, x, in.n_outputs);
+            cur = build_select_outputs(ctx, in, cur);
+            x = build_select_outputs(ctx, in, x);
         }
         x = ggml_add(ctx, x, ggml_mul_mat(ctx, l.wo, cur));
         cur = build_norm(ctx, x, l.ffn_norm, nullptr, hp.norm_eps, true);
