@@ -281,6 +281,12 @@ def _add_calibrate(sub) -> None:
     calibrate.add_parser(sub)
 
 
+def _add_serve(sub) -> None:
+    from .server import cli as server_cli  # fastapi/uvicorn are imported when the server starts
+
+    server_cli.add_parser(sub)
+
+
 # ---------------------------------------------------------------- main
 
 def build_parser() -> argparse.ArgumentParser:
@@ -299,6 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(sub)
     _add_place(sub)
     _add_calibrate(sub)
+    _add_serve(sub)
     return parser
 
 

@@ -258,6 +258,7 @@ class Llama:
         self._exact: Any = None  # ExactTokenizer, built on first use
         self._metadata: Optional[Dict[str, str]] = None
         self._stream_owner = 0  # the completion that may use the cache (see _completion_stream)
+        self._owns = True  # False for a sequence view (_sequence_view): the parent frees model and contexts
         compat.check("Llama", kwargs, compat.INIT)
         self._last_n = A.as_int("last_n_tokens_size", last_n_tokens_size, 0)
         self._chat_format = _chat_family(chat_format)
@@ -397,8 +398,23 @@ class Llama:
 
     # ---- resources ----
 
+    def _sequence_view(self, ctx: Any) -> "Llama":
+        """A Llama over this one's model whose KV cache is ``ctx``: an object with the
+        Context methods Llama uses (decode, logits, kv_truncate, n_ctx), e.g. one
+        sequence of a context shared by several (pinfer.server). Everything else
+        (templates, samplers, stop handling, logprobs, result shapes) is this class's."""
+        view = object.__new__(Llama)
+        view.__dict__.update(self.__dict__)
+        view._ctx, view._ectx, view._owns = ctx, None, False
+        view._input_ids, view._history, view._stream_owner = [], [], 0
+        view._logits_all, view.verbose = False, False
+        return view
+
     def close(self) -> None:
         """Free the context and model now (also done when the object is collected)."""
+        if not getattr(self, "_owns", True):  # a sequence view: its parent owns the model
+            self._ctx = self._model = None
+            return
         if self._ctx is not None:
             self._ctx.close()
             self._ctx = None
@@ -642,7 +658,7 @@ class Llama:
             if hooks.grammar is not None and not self.model.is_eog(tok):
                 hooks.grammar.accept(tok)
         else:
-            tok = sampler.sample(self.ctx)
+            tok = sampler.sample(self.ctx.logits(-1))
         if hooks.n_logprobs is not None:
             lp = _log_softmax(self.ctx.logits(-1))
             k = min(hooks.n_logprobs, lp.size)
@@ -1146,15 +1162,15 @@ class Llama:
         return (result, n_tokens) if return_count else result
 
     def create_embedding(self, input: Union[str, Sequence[str]], model: Optional[str] = None,
-                         normalize: bool = False) -> Dict[str, Any]:
+                         normalize: bool = False, truncate: bool = True) -> Dict[str, Any]:
         """OpenAI's embeddings response (``object: "list"``, one ``embedding`` per input,
         usage) for a text or a list of texts; needs ``Llama(embedding=True)``.
-        normalize: unit-length vectors, as OpenAI's are."""
+        normalize: unit-length vectors, as OpenAI's are; truncate: as in :meth:`embed`."""
         if model is not None and not isinstance(model, str):
             raise TypeError(f"model must be a str, got {type(model).__name__}")
         single = isinstance(input, (str, bytes)) or (
             isinstance(input, (list, tuple)) and bool(input) and all(isinstance(t, int) for t in input))
-        vecs, n = self.embed(input, normalize=normalize, return_count=True)
+        vecs, n = self.embed(input, normalize=normalize, truncate=truncate, return_count=True)
         vecs = [vecs] if single else vecs
         return {"object": "list", "model": model if model is not None else self.model_path,
                 "data": [{"object": "embedding", "embedding": v, "index": i} for i, v in enumerate(vecs)],
