@@ -203,6 +203,21 @@ def test_busy_then_disconnect_frees_slots(srv):
     assert metric(srv, "pinfer_batch_tokens_total") - toks0 < 8 * 200 / 2
 
 
+def test_prompt_prefix_is_reused(srv, local):
+    """A follow-up that extends an earlier prompt evaluates only its new tokens (the
+    slot holding the prefix is chosen); cache_prompt=false evaluates all of them."""
+    base = "Chapter the first. " + " ".join(PROMPTS) + " and so on, said Mrs. Bennet to her husband"
+    n = len(local.tokenize(base.encode()))
+
+    def evaluated(prompt, **kw):
+        t0 = metric(srv, "pinfer_batch_tokens_total")
+        httpx.post(srv.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 1, **kw}, timeout=60)
+        return metric(srv, "pinfer_batch_tokens_total") - t0
+    assert evaluated(base) >= n - 1  # (a BOS token may be shared)
+    assert evaluated(base + " one day") < n / 4
+    assert evaluated(base + " one day", cache_prompt=False) >= n - 1
+
+
 def test_metrics_text(srv):
     text = httpx.get(srv.url + "/metrics").text
     for name in ("pinfer_requests_total", "pinfer_completion_tokens_total", "pinfer_queue_depth",
@@ -276,8 +291,12 @@ def test_signal_stops_cleanly_without_losing_accepted_requests(sig):
     for t in threads:
         t.start()
     deadline = time.monotonic() + 10
-    while httpx.get(s.url + "/health").json()["slots_processing"] < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    while time.monotonic() < deadline:  # all four accepted: two running, two queued
+        h = httpx.get(s.url + "/health").json()
+        if h["slots_processing"] + h["queue_depth"] == 4:
+            break
+        time.sleep(0.005)
+    assert h["slots_processing"] + h["queue_depth"] == 4, h
     rc = s.stop(sig)
     for t in threads:
         t.join(60)
