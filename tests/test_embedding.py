@@ -5,7 +5,7 @@ import pytest
 
 from pinfer import Llama
 
-from tinymodel import tiny_model
+from tinymodel import make_hf_model, tiny_model, write_gguf
 
 
 @pytest.fixture(scope="module")
@@ -65,3 +65,16 @@ def test_bad_pooling_is_an_error(tiny):
         Llama(path, n_ctx=16, embedding=True, pooling_type=4)
     with pytest.raises(ValueError, match="only with embedding=True"):
         Llama(path, n_ctx=16, pooling_type="mean")
+
+
+def test_pooling_from_the_file(tmp_path):
+    """llama.pooling_type = 2 (cls) in the GGUF is used when no pooling_type is given."""
+    hf = make_hf_model(seed=6)
+    path = write_gguf(hf, str(tmp_path / "cls.gguf"), pooling_type=2)
+    with Llama(path, n_ctx=32, n_threads=1, embedding=True, type_k=0, type_v=0) as llm:
+        toks = llm.tokenize(b"the tin man")
+        ref = hf_hidden(hf, toks)[0]
+        np.testing.assert_allclose(llm.embed("the tin man"), ref, atol=1e-4 * np.abs(ref).max(), rtol=0)
+    with Llama(path, n_ctx=32, n_threads=1, embedding=True, pooling_type="last", type_k=0, type_v=0) as llm:
+        ref = hf_hidden(hf, toks)[-1]
+        np.testing.assert_allclose(llm.embed("the tin man"), ref, atol=1e-4 * np.abs(ref).max(), rtol=0)
