@@ -8,7 +8,9 @@ Each server runs alone (first pinfer, then llama-server) with as many slots as t
 largest stream count; every round sends N streaming /v1/completions requests at once
 (temperature 0, max_tokens n) and waits for all. Printed per N: aggregate tok/s
 (completion tokens of all streams / wall time of the round, prefill included), the
-ratio to N = 1 of the same server, and p50 / p99 time to first token. With
+ratio to N = 1 of the same server, aggregate decode tok/s (the sum over streams of
+(tokens - 1) / (last token - first token): the rate once prefill is done), and p50 /
+p99 time to first token. With
 PINFER_BUILD_DIR set, pinfer is imported from python/ and that build dir (as the tests do).
 """
 from __future__ import annotations
@@ -80,7 +82,10 @@ def one(url: str, prompt: str, n: int, out: List[Dict[str, float]]) -> None:
                 chunks += 1
                 if first is None:
                     first = time.perf_counter()
-    out.append({"ttft": (first or time.perf_counter()) - t0, "tokens": tokens if tokens is not None else chunks})
+    end = time.perf_counter()
+    n_tok = tokens if tokens is not None else chunks
+    rate = (n_tok - 1) / (end - first) if first is not None and n_tok > 1 and end > first else 0.0
+    out.append({"ttft": (first or end) - t0, "tokens": n_tok, "decode_rate": rate})
 
 
 def measure(url: str, streams: List[int], n: int, rounds: int) -> Dict[int, Dict[str, float]]:
@@ -89,6 +94,7 @@ def measure(url: str, streams: List[int], n: int, rounds: int) -> Dict[int, Dict
     for k in streams:
         ttft: List[float] = []
         tps: List[float] = []
+        dec: List[float] = []
         for r in range(rounds):
             out: List[Dict[str, float]] = []
             th = [threading.Thread(target=one, args=(url, PROMPTS[(i + r) % len(PROMPTS)], n, out))
@@ -100,11 +106,13 @@ def measure(url: str, streams: List[int], n: int, rounds: int) -> Dict[int, Dict
                 t.join()
             wall = time.perf_counter() - t0
             tps.append(sum(o["tokens"] for o in out) / wall)
+            dec.append(sum(o["decode_rate"] for o in out))
             ttft += [o["ttft"] for o in out]
         ttft.sort()
         q = lambda p: ttft[min(len(ttft) - 1, int(round(p * (len(ttft) - 1))))]  # noqa: E731
-        res[k] = {"tok_s": max(tps), "ttft_p50_ms": 1e3 * q(0.5), "ttft_p99_ms": 1e3 * q(0.99)}
-        print(f"  {k} streams: {res[k]['tok_s']:7.1f} tok/s  TTFT p50 {res[k]['ttft_p50_ms']:7.1f} ms  "
+        res[k] = {"tok_s": max(tps), "decode_tok_s": max(dec), "ttft_p50_ms": 1e3 * q(0.5),
+                  "ttft_p99_ms": 1e3 * q(0.99)}
+        print(f"  {k} streams: {res[k]['tok_s']:7.1f} tok/s wall, {res[k]['decode_tok_s']:7.1f} decode  TTFT p50 {res[k]['ttft_p50_ms']:7.1f} ms  "
               f"p99 {res[k]['ttft_p99_ms']:7.1f} ms", file=sys.stderr, flush=True)
     return res
 
@@ -153,19 +161,19 @@ def main() -> int:
     print(f"\nCPU: {results['cpu']}; load average {results['load_before']:.1f} before, "
           f"{results['load_after']:.1f} after; {a.tokens} tokens per stream, -t {a.threads}")
     names = [k for k in ("pinfer", "llama-server") if k in results]
-    head = "| streams | " + " | ".join(f"{n} tok/s | {n} x1 | {n} TTFT p50 / p99 ms" for n in names)
+    head = "| streams | " + " | ".join(f"{n} decode tok/s | x1 | wall tok/s | TTFT p50 / p99 ms" for n in names)
     if len(names) == 2:
-        head += " | pinfer / llama-server"
+        head += " | decode pinfer / llama-server"
     print(head + " |")
-    print("|" + "---|" * (1 + 3 * len(names) + (len(names) == 2)))
+    print("|" + "---|" * (1 + 4 * len(names) + (len(names) == 2)))
     for k in a.streams:
         row = [str(k)]
         for n in names:
             r, base = results[n][k], results[n][a.streams[0]]
-            row += [f"{r['tok_s']:.1f}", f"{r['tok_s'] / base['tok_s']:.2f}",
-                    f"{r['ttft_p50_ms']:.0f} / {r['ttft_p99_ms']:.0f}"]
+            row += [f"{r['decode_tok_s']:.1f}", f"{r['decode_tok_s'] / base['decode_tok_s']:.2f}",
+                    f"{r['tok_s']:.1f}", f"{r['ttft_p50_ms']:.0f} / {r['ttft_p99_ms']:.0f}"]
         if len(names) == 2:
-            row.append(f"{results['pinfer'][k]['tok_s'] / results['llama-server'][k]['tok_s']:.2f}")
+            row.append(f"{results['pinfer'][k]['decode_tok_s'] / results['llama-server'][k]['decode_tok_s']:.2f}")
         print("| " + " | ".join(row) + " |")
     if a.json:
         with open(a.json, "w") as f:
