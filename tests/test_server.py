@@ -226,6 +226,14 @@ def test_metrics_text(srv):
     assert 'route="/v1/completions",status="200"' in text
 
 
+def test_bad_options_are_errors(capsys):
+    from pinfer.server.cli import main
+    assert main(["--parallel", "0"]) == 1
+    assert "--parallel must be in [1, 64]" in capsys.readouterr().err
+    assert main(["-m", "/nonexistent/model.gguf"]) == 1
+    assert "does not exist" in capsys.readouterr().err
+
+
 @pytest.fixture(scope="module")
 def locked():
     s = Server(["-np", "1", "--queue", "0", "-c", "128", "-t", "1", "--max-tokens", "8", "--max-body", "65536",

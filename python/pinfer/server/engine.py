@@ -84,7 +84,8 @@ class SeqContext:
 
 class Job:
     """One request: ``run(llm)`` is called in a slot's thread with that slot's Llama
-    view; ``emit`` receives what it produces (called from that thread)."""
+    view; ``emit`` receives what it produces (called from that thread). ``cancel``
+    (the client left) stops it at its next step, or takes it out of the queue."""
 
     def __init__(self, run: Callable[[Any], Any], emit: Callable[[str, Any], None],
                  prompt_tokens: Optional[List[int]] = None, cache_prompt: bool = True) -> None:
@@ -92,10 +93,13 @@ class Job:
         self.prompt_tokens = prompt_tokens  # for choosing the slot with the longest cached prefix
         self.cache_prompt = cache_prompt
         self.cancelled = False
+        self.engine: Optional["Engine"] = None
         self.t_submit = time.monotonic()
 
     def cancel(self) -> None:
         self.cancelled = True
+        if self.engine is not None:
+            self.engine._unqueue(self)
 
 
 class Slot:
@@ -141,6 +145,7 @@ class Engine:
         with self._lock:
             if self._stopping:
                 raise Busy("the server is stopping")
+            job.engine = self
             free = [s for s in self.slots if s.job is None]
             if free:
                 self._start(self._best_slot(free, job), job)
@@ -169,6 +174,11 @@ class Engine:
         slot.ctx.job = job
         slot.wake.notify()
 
+    def _unqueue(self, job: Job) -> None:
+        with self._lock:
+            if job in self._waiting:
+                self._waiting.remove(job)
+
     @property
     def queue_depth(self) -> int:
         return len(self._waiting)
@@ -183,11 +193,11 @@ class Engine:
             self._stopping = True
             while self._waiting:
                 job = self._waiting.popleft()
-                job.cancel()
+                job.cancelled = True  # (not cancel(): the lock is held)
                 job.emit("error", Cancelled("the server is stopping"))
             for s in self.slots:
                 if s.job is not None:
-                    s.job.cancel()
+                    s.job.cancelled = True
                 s.wake.notify()
             self._work.notify_all()
         for t in self._threads + [self._stepper]:
