@@ -126,6 +126,7 @@ def main() -> int:
     ap.add_argument("-c", "--ctx", type=int, default=256, help="context per slot")
     ap.add_argument("--rounds", type=int, default=2, help="rounds per stream count (best tok/s, all TTFTs)")
     ap.add_argument("--sparse", default="off")
+    ap.add_argument("--precision", default="high", choices=["high", "fast"], help="pinfer's activation precision")
     ap.add_argument("--llama-server", default=None, help="path to llama.cpp's llama-server (the baseline)")
     ap.add_argument("--json", default=None, help="write the results here too")
     a = ap.parse_args()
@@ -135,11 +136,11 @@ def main() -> int:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     args = ["-m", a.model, "--port", str(port), "-np", str(np_), "-c", str(a.ctx), "-t", str(a.threads),
-            "--queue", "0", "--no-embeddings", "--sparse", a.sparse]
+            "--queue", "0", "--no-embeddings", "--sparse", a.sparse, "--precision", a.precision]
     build = os.environ.get("PINFER_BUILD_DIR")
     cmd = ([sys.executable, "-c", BOOT, ROOT, build if os.path.isabs(build) else os.path.join(ROOT, build)] if build
            else [sys.executable, "-m", "pinfer.server"]) + args
-    print(f"pinfer serve ({a.model}, {np_} slots, -t {a.threads}):", file=sys.stderr)
+    print(f"pinfer serve ({a.model}, {np_} slots, -t {a.threads}, --precision {a.precision}):", file=sys.stderr)
     p = start(cmd, url, "pinfer serve")
     try:
         results["pinfer"] = measure(url, a.streams, a.tokens, a.rounds)
@@ -159,7 +160,8 @@ def main() -> int:
             p.wait(30)
     results["load_after"] = loadavg()
     print(f"\nCPU: {results['cpu']}; load average {results['load_before']:.1f} before, "
-          f"{results['load_after']:.1f} after; {a.tokens} tokens per stream, -t {a.threads}")
+          f"{results['load_after']:.1f} after; {a.tokens} tokens per stream, -t {a.threads}, "
+          f"pinfer --precision {a.precision}")
     names = [k for k in ("pinfer", "llama-server") if k in results]
     head = "| streams | " + " | ".join(f"{n} decode tok/s | x1 | wall tok/s | TTFT p50 / p99 ms" for n in names)
     if len(names) == 2:
