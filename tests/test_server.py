@@ -79,10 +79,14 @@ def test_stop_logprobs_and_json_format(client):
     s = client.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=16, temperature=0, stop=[cut])
     assert s.choices[0].text == r.choices[0].text[:r.choices[0].text.index(cut)]
     assert s.choices[0].finish_reason == "stop"
-    j = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "a name"}],
-                                       max_tokens=40, response_format={"type": "json_object"})
-    if j.choices[0].finish_reason == "stop":
-        assert isinstance(json.loads(j.choices[0].message.content), dict)
+    schema = {"type": "object", "properties": {"age": {"type": "integer", "minimum": 0, "maximum": 99}},
+              "required": ["age"], "additionalProperties": False}
+    j = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "How old?"}],
+                                       max_tokens=40, response_format={"type": "json_schema", "json_schema": {
+                                           "name": "age", "schema": schema}})
+    assert j.choices[0].finish_reason == "stop"
+    v = json.loads(j.choices[0].message.content)
+    assert set(v) == {"age"} and 0 <= v["age"] <= 99
 
 
 def test_embeddings_match_llama(client, local):
