@@ -171,6 +171,30 @@ def test_eight_concurrent_streams_equal_alone(client, srv):
     assert metric(srv, "pinfer_slots_total") == 4
 
 
+def test_hybrid_sparse_server_matches_cpu(srv):
+    """The engine options reach the shared context: on the simulated device with a
+    10 MiB budget (part of the 15 MiB model), in exact sparse mode, 4 concurrent
+    greedy completions equal the plain CPU server's."""
+    def texts(url):
+        out = [None] * 4
+
+        def one(i):
+            out[i] = httpx.post(url + "/v1/completions", json={"prompt": PROMPTS[i], "max_tokens": 20,
+                                                               "temperature": 0}, timeout=120).json()
+        th = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join(120)
+        return [o["choices"][0]["text"] for o in out]
+    s = Server(["-np", "4", "-c", "128", "-t", "1", "--device", "sim", "--vram-budget", "0.01",
+                "--sparse", "exact", "--no-embeddings"])
+    try:
+        assert texts(s.url) == texts(srv.url)
+    finally:
+        s.stop()
+
+
 def test_busy_then_disconnect_frees_slots(srv):
     """12 long streams at once: 4 run, 4 wait, 4 get 503 with Retry-After; the 8
     accepted clients leave after their first chunk, and their slots are freed at
