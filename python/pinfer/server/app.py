@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .engine import Busy, Cancelled, Engine, Job
 from .metrics import Metrics
-from .schemas import (ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingRequest, TokenizeRequest)
+from .schemas import ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingRequest, TokenizeRequest
 
 # Streams run to their end when the server is told to stop (uvicorn drains open
 # requests first): a response the server accepted is never cut short.

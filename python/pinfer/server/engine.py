@@ -33,7 +33,7 @@ class Busy(Exception):
 class _Submission:
     __slots__ = ("seq", "tokens", "pos0", "done", "job", "event", "logits", "error")
 
-    def __init__(self, seq: int, tokens: List[int], pos0: int, job: "Job") -> None:
+    def __init__(self, seq: int, tokens: List[int], pos0: int, job: Optional["Job"]) -> None:
         self.seq, self.tokens, self.pos0, self.job = seq, tokens, pos0, job
         self.done = 0  # tokens already decoded (a long prompt takes several steps)
         self.event = threading.Event()
@@ -156,11 +156,12 @@ class Engine:
 
     @staticmethod
     def _best_slot(free: List[Slot], job: Job) -> Slot:
-        if not job.prompt_tokens:
+        key = job.prompt_tokens
+        if not key:
             return free[0]
 
         def common(s: Slot) -> int:
-            a, b = s.llm._input_ids, job.prompt_tokens
+            a, b = s.llm._input_ids, key
             n = 0
             for x, y in zip(a, b):
                 if x != y:
@@ -252,6 +253,8 @@ class Engine:
         sub.event.wait()
         if sub.error is not None:
             raise sub.error
+        if sub.logits is None:
+            raise RuntimeError("decode step ended without logits")
         return sub.logits
 
     def _seq_rm(self, seq: int, n_keep: int) -> None:

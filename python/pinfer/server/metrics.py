@@ -52,7 +52,8 @@ class Metrics:
             for (route, status), n in sorted(self.requests.items()):
                 lines.append(f'pinfer_requests_total{{route="{route}",status="{status}"}} {n}')
             for name, kind, help_, v in (
-                    ("pinfer_prompt_tokens_total", "counter", "Prompt tokens of finished requests.", self.prompt_tokens),
+                    ("pinfer_prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
+                     self.prompt_tokens),
                     ("pinfer_completion_tokens_total", "counter", "Generated tokens of finished requests.",
                      self.completion_tokens),
                     ("pinfer_batch_steps_total", "counter", "Batched decode steps.", self.steps),

@@ -60,6 +60,8 @@ class Message(_Strict):
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: Optional[Union[str, List[ContentPart]]] = None
     name: Optional[str] = Field(None, max_length=256)
+    tool_calls: Optional[List[Dict[str, Any]]] = Field(None, description="an assistant turn's tool calls")
+    tool_call_id: Optional[str] = Field(None, max_length=256, description="the call a tool message answers")
 
 
 class ChatRequest(_Sampling):
