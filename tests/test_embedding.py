@@ -13,11 +13,17 @@ def tiny(tmp_path_factory):
     return tiny_model(str(tmp_path_factory.mktemp("emb") / "tiny.gguf"), seed=5)
 
 
+_F64 = {}
+
+
 def hf_hidden(hf, tokens):
+    """float64 last_hidden_state [n, d] of HF's model (a float64 copy, made once)."""
     import copy
 
     import torch
-    m = copy.deepcopy(hf).to(torch.float64)
+    if id(hf) not in _F64:
+        _F64[id(hf)] = (hf, copy.deepcopy(hf).to(torch.float64))
+    m = _F64[id(hf)][1]
     with torch.no_grad():
         out = m.model(torch.tensor([tokens], dtype=torch.long))
     return out.last_hidden_state[0].numpy()
