@@ -92,9 +92,9 @@ static ggml_tensor *falcon_graph(ggml_context *ctx, ggml_cgraph *gf, const model
                       hp.rope_freq_base, hp.rope_freq_scale);
         cur = build_attention(ctx, gf, hp, kv, in, (int)il, q, k, v);
         if (il == hp.n_layer - 1) {  // only the rows whose logits are wanted go on
-            cur = build_select_outputs(ctx, cur, in.n_outputs);
-            mlp_in = build_select_outputs(ctx, mlp_in, in.n_outputs);
-            x = build_select_outputs(ctx, x, in.n_outputs);
+            cur = build_select_outputs(ctx, in, cur);
+            mlp_in = build_select_outputs(ctx, in, mlp_in);
+            x = build_select_outputs(ctx, in, x);
         }
         ggml_tensor *ffn = build_ffn(ctx, gf, in, m, (int)il, mlp_in);
         x = ggml_add(ctx, x, ggml_add(ctx, ggml_mul_mat(ctx, l.wo, cur), ffn));

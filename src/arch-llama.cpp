@@ -198,8 +198,8 @@ ggml_tensor *llama_like_graph(ggml_context *ctx, ggml_cgraph *gf, const model &m
         k = build_rope(ctx, in, m, kv, (int)il, k);
         cur = build_attention(ctx, gf, hp, kv, in, (int)il, q, k, v);
         if (il == hp.n_layer - 1) {  // only the rows whose logits are wanted go on
-            cur = build_select_outputs(ctx, cur, in.n_outputs);
-            x = build_select_outputs(ctx, x, in.n_outputs);
+            cur = build_select_outputs(ctx, in, cur);
+            x = build_select_outputs(ctx, in, x);
         }
         cur = ggml_mul_mat(ctx, l.wo, cur);
         if (l.attn_post_norm) cur = build_norm(ctx, cur, l.attn_post_norm, nullptr, hp.norm_eps, true);

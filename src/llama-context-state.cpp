@@ -1,5 +1,7 @@
 // KV snapshots: the cached keys and values of the first n_past positions, copied
 // out of (and back into) the cache's buffers, wherever they live (CPU or device).
+// A snapshot is of sequence 0 alone, held in cells [0, n_past) in position order
+// (what a single-sequence context has); restoring gives the cells that layout.
 //
 // K is stored [n_embd_gqa, n_ctx] (one row per position), so its first n_past rows
 // are one contiguous block; V is transposed [n_ctx, n_embd_gqa], so each channel
@@ -26,6 +28,25 @@ void each_block(const kv_cache &kv, uint32_t n, F &&f) {
     }
 }
 
+// Sequence 0 alone in cells [0, n), cell i holding position i.
+void check_snapshot_layout(const kv_cache &kv, uint32_t n) {
+    for (uint32_t i = 0; i < kv.n_ctx; i++) {
+        const kv_cell &c = kv.cells[i];
+        const bool ok = i < n ? c.seqs == 1 && c.pos == (int32_t)i : c.free();
+        if (!ok)
+            throw std::invalid_argument("state_get: a snapshot holds one sequence in position order; this cache "
+                                        "has other sequences or gaps (cell " + std::to_string(i) + ")");
+    }
+}
+
+void set_snapshot_layout(kv_cache &kv, uint32_t n) {
+    kv.clear();
+    for (uint32_t i = 0; i < n; i++) {
+        kv.cells[i].pos = (int32_t)i;
+        kv.cells[i].seqs = 1;
+    }
+}
+
 size_t kv_bytes(const kv_cache &kv, uint32_t n) {
     size_t total = 0;
     each_block(kv, n, [&](const ggml_tensor *, size_t, size_t size) { total += size; });
@@ -39,7 +60,8 @@ size_t context::state_size(uint32_t n_past) const {
 }
 
 void context::state_get(uint8_t *dst, size_t size) const {
-    const uint32_t n = kv_->n_past;
+    const uint32_t n = n_past();
+    check_snapshot_layout(*kv_, n);
     if (size != state_size(n))
         throw std::invalid_argument("state_get: buffer of " + std::to_string(size) + " bytes, the state needs " +
                                     std::to_string(state_size(n)));
@@ -66,10 +88,10 @@ void context::state_set(const uint8_t *src, size_t size, uint32_t n_past, const 
         at += bytes;
     };
     each_block(*kv_, n_past, in);
-    kv_->n_past = n_past;
+    set_snapshot_layout(*kv_, n_past);
     if (kv_dense_) {
         each_block(*kv_dense_, n_past, in);
-        kv_dense_->n_past = n_past;
+        set_snapshot_layout(*kv_dense_, n_past);
     }
     const size_t n_vocab = model_.hp.n_vocab;
     if (logits_.size() < n_vocab) logits_.resize(n_vocab);

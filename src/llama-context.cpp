@@ -160,9 +160,19 @@ context::~context() {
     ggml_backend_free(cpu_);
 }
 
-void context::truncate(uint32_t n_keep) {
-    if (n_keep < kv_->n_past) kv_->n_past = n_keep;
-    if (kv_dense_ && n_keep < kv_dense_->n_past) kv_dense_->n_past = n_keep;
+void context::truncate(uint32_t n_keep) { seq_rm(0, (int32_t)std::min<uint32_t>(n_keep, INT32_MAX), -1); }
+
+void context::seq_rm(int seq, int32_t p0, int32_t p1) {
+    if (seq >= KV_MAX_SEQ) throw std::runtime_error("sequence id " + std::to_string(seq) + " out of range");
+    kv_->seq_rm(seq, p0, p1);
+    if (kv_dense_) kv_dense_->seq_rm(seq, p0, p1);
+}
+
+void context::seq_cp(int src, int dst, int32_t p0, int32_t p1) {
+    if (src < 0 || src >= KV_MAX_SEQ || dst < 0 || dst >= KV_MAX_SEQ)
+        throw std::runtime_error("sequence ids must be in [0, " + std::to_string(KV_MAX_SEQ) + ")");
+    kv_->seq_cp(src, dst, p0, p1);
+    if (kv_dense_) kv_dense_->seq_cp(src, dst, p0, p1);
 }
 
 void context::reset_sparse_stats() {
@@ -171,46 +181,77 @@ void context::reset_sparse_stats() {
     if (params_.ffn_observe) observer_.reset((int)model_.hp.n_layer, (int)model_.hp.n_ff);
 }
 
+int context::n_out_dim() const { return (int)(params_.embeddings ? model_.hp.n_embd : model_.hp.n_vocab); }
+
 float *context::logits(int i) {
     if (i < 0) i += n_logits_;
     if (i < 0 || i >= n_logits_) return nullptr;
-    return logits_.data() + (size_t)i * model_.hp.n_vocab;
+    return logits_.data() + (size_t)i * n_out_dim();
+}
+
+float *context::logits_ith(int i) {
+    if (i < 0) i += (int)out_row_.size();
+    if (i < 0 || i >= (int)out_row_.size() || out_row_[(size_t)i] < 0) return nullptr;
+    return logits(out_row_[(size_t)i]);
 }
 
 void context::decode(const int32_t *tokens, int n, bool all_logits) {
     if (n <= 0) throw std::runtime_error("decode: no tokens");
-    if ((uint64_t)kv_->n_past + n > kv_->n_ctx)
-        throw std::runtime_error("context is full: " + std::to_string(kv_->n_past) + " cached + " + std::to_string(n) +
+    const uint32_t n_past = this->n_past();
+    if ((uint64_t)n_past + n > kv_->n_ctx)
+        throw std::runtime_error("context is full: " + std::to_string(n_past) + " cached + " + std::to_string(n) +
                                  " new tokens exceed n_ctx = " + std::to_string(kv_->n_ctx));
+    std::vector<int32_t> pos((size_t)n), seq((size_t)n, 0);
+    std::vector<int8_t> out((size_t)n, all_logits ? 1 : 0);
+    for (int i = 0; i < n; i++) pos[(size_t)i] = (int32_t)n_past + i;
+    out[(size_t)n - 1] = 1;
+    decode_seqs(tokens, pos.data(), seq.data(), out.data(), n);
+}
+
+void context::decode_seqs(const int32_t *tokens, const int32_t *pos, const int32_t *seq, const int8_t *output, int n) {
+    if (n <= 0) throw std::runtime_error("decode: no tokens");
     const int32_t n_vocab = (int32_t)model_.hp.n_vocab;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         if (tokens[i] < 0 || tokens[i] >= n_vocab)
             throw std::runtime_error("token id " + std::to_string(tokens[i]) + " out of range [0, " + std::to_string(n_vocab) + ")");
+        if (seq[i] < 0 || seq[i] >= KV_MAX_SEQ)
+            throw std::runtime_error("sequence id " + std::to_string(seq[i]) + " out of range [0, " + std::to_string(KV_MAX_SEQ) + ")");
+        if (pos[i] < 0) throw std::runtime_error("position " + std::to_string(pos[i]) + " is negative");
+    }
     const auto t0 = std::chrono::steady_clock::now();
-    n_logits_ = all_logits ? n : 1;
-    logits_.resize((size_t)n_logits_ * n_vocab);
+    const size_t dim = (size_t)n_out_dim();
+    out_row_.assign((size_t)n, -1);
+    n_logits_ = 0;
+    for (int i = 0; i < n; i++)
+        if (output[i]) out_row_[(size_t)i] = n_logits_++;
+    logits_.resize((size_t)std::max(n_logits_, 1) * dim);
     for (int done = 0; done < n;) {
-        const int nb = std::min<int>((int)params_.n_batch, n - done);
-        const bool last = done + nb == n;
-        const int n_out = all_logits ? nb : (last ? 1 : 0);
-        float *out = all_logits ? logits_.data() + (size_t)done * n_vocab : logits_.data();
-        decode_batch(tokens + done, nb, n_out, out, *kv_, &ffn_);
-        check_logits_finite(out, (size_t)n_out * n_vocab);  // NaN/Inf weights show here, not as garbage text
-        if (kv_dense_) {  // verify: the same batch through the dense graph, compared row by row
-            logits_dense_.resize((size_t)std::max(n_out, 1) * n_vocab);
-            decode_batch(tokens + done, nb, n_out, logits_dense_.data(), *kv_dense_, nullptr);
-            for (int r = 0; r < n_out; r++) {
-                const float *a = out + (size_t)r * n_vocab, *b = logits_dense_.data() + (size_t)r * n_vocab;
-                int ia = 0, ib = 0;
-                for (int32_t j = 0; j < n_vocab; j++) {
-                    verify_.max_abs_diff = std::max(verify_.max_abs_diff, (double)fabsf(a[j] - b[j]));
-                    verify_.max_abs_dense = std::max(verify_.max_abs_dense, (double)fabsf(b[j]));
-                    if (a[j] > a[ia]) ia = j;
-                    if (b[j] > b[ib]) ib = j;
-                }
-                verify_.n_logits++;
-                verify_.n_argmax_agree += ia == ib;
+        // the largest piece of the rest (up to n_batch) that fits one run of free cells
+        int nb = std::min<int>((int)params_.n_batch, n - done);
+        int cell0 = kv_->find_run(nb);
+        while (cell0 < 0 && nb > 1) cell0 = kv_->find_run(nb = (nb + 1) / 2);
+        if (cell0 < 0)
+            throw std::runtime_error("the KV cache is full: all " + std::to_string(kv_->n_ctx) +
+                                     " cells are in use (free a sequence or raise n_ctx)");
+        ubatch ub{tokens + done, pos + done, seq + done, nb, cell0, {}};
+        for (int i = 0; i < nb; i++)
+            if (output[done + i]) ub.out_rows.push_back(i);
+        float *out = logits_.data() + (ub.out_rows.empty() ? 0 : (size_t)out_row_[(size_t)(done + ub.out_rows[0])] * dim);
+        for (kv_cache *kv : {kv_.get(), kv_dense_.get()}) {
+            if (!kv) continue;
+            for (int i = 0; i < nb; i++) {
+                kv_cell &c = kv->cells[(size_t)(cell0 + i)];
+                c.pos = ub.pos[i];
+                c.seqs = 1ull << ub.seq[i];
             }
+        }
+        try {
+            decode_checked(ub, out);
+        } catch (...) {
+            for (kv_cache *kv : {kv_.get(), kv_dense_.get()})
+                if (kv)
+                    for (int i = 0; i < nb; i++) kv->cells[(size_t)(cell0 + i)] = kv_cell();
+            throw;
         }
         done += nb;
     }
@@ -219,24 +260,51 @@ void context::decode(const int32_t *tokens, int n, bool all_logits) {
     else { tm.t_eval_ms += ms; tm.n_eval += n; }
 }
 
-// Single-token decodes reuse their graph and its plan while the padded
-// number of visible positions stays the same: only the KV store views move.
-// The padding is masked (-inf) and reads zero-filled or stale, finite cache rows.
+void context::decode_checked(const ubatch &ub, float *out) {
+    const int32_t n_vocab = (int32_t)model_.hp.n_vocab;
+    const int n_out = (int)ub.out_rows.size();
+    decode_batch(ub, out, *kv_, &ffn_);
+    check_logits_finite(out, (size_t)n_out * n_out_dim());  // NaN/Inf weights show here, not as garbage text
+    if (!kv_dense_) return;
+    // verify: the same batch through the dense graph, compared row by row
+    logits_dense_.resize((size_t)std::max(n_out, 1) * n_out_dim());
+    decode_batch(ub, logits_dense_.data(), *kv_dense_, nullptr);
+    if (params_.embeddings) return;
+    for (int r = 0; r < n_out; r++) {
+        const float *a = out + (size_t)r * n_vocab, *b = logits_dense_.data() + (size_t)r * n_vocab;
+        int ia = 0, ib = 0;
+        for (int32_t j = 0; j < n_vocab; j++) {
+            verify_.max_abs_diff = std::max(verify_.max_abs_diff, (double)fabsf(a[j] - b[j]));
+            verify_.max_abs_dense = std::max(verify_.max_abs_dense, (double)fabsf(b[j]));
+            if (a[j] > a[ia]) ia = j;
+            if (b[j] > b[ib]) ib = j;
+        }
+        verify_.n_logits++;
+        verify_.n_argmax_agree += ia == ib;
+    }
+}
+
+// Small batches (single-token decodes above all) reuse their graph and its
+// plan while their shape and the padded number of visible cells stay the same:
+// only the KV store views move. The padding is masked (-inf) and reads
+// zero-filled or stale, finite cache rows.
 static constexpr int KV_PAD = 32;
+static constexpr int GRAPH_CACHE_MAX_TOKENS = 16;
 
 void context::drop_graph() {
     if (gc_.ctx) ggml_free(gc_.ctx);
     gc_ = graph_cache();
 }
 
-void context::build_graph(int n, int n_outputs, int n_kv, kv_cache &kv, ffn_build *fb, bool keep) {
+void context::build_graph(const ubatch &ub, int n_kv, bool by_ids, kv_cache &kv, ffn_build *fb, bool keep) {
     drop_graph();
+    const int n = ub.n, n_outputs = (int)ub.out_rows.size();
     ggml_init_params ip = {arena_.size(), arena_.data(), true};
     ggml_context *ctx = ggml_init(ip);
     if (!ctx) throw std::runtime_error("out of memory");
     graph_inputs in;
     in.n_tokens = n;
-    in.pos0 = (int)kv.n_past;
+    in.cell0 = ub.cell0;
     in.n_kv = n_kv;
     in.n_outputs = n_outputs > 0 ? n_outputs : 1;  // a prompt chunk without outputs still computes one
     in.tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
@@ -249,6 +317,10 @@ void context::build_graph(int n, int n_outputs, int n_kv, kv_cache &kv, ffn_buil
         in.kq_mask_swa = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, in.n_kv, n);
         ggml_set_input(in.kq_mask_swa);
     }
+    if (by_ids) {
+        in.out_ids = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_outputs);
+        ggml_set_input(in.out_ids);
+    }
     if (fb) fb->probes.assign(model_.hp.n_layer, ffn_probe());
     in.ffn = fb;
     in.dev = dev_ && &kv == kv_.get() ? &gdev_ : nullptr;  // the dense twin of --sparse-verify stays on the CPU
@@ -256,6 +328,12 @@ void context::build_graph(int n, int n_outputs, int n_kv, kv_cache &kv, ffn_buil
 
     ggml_cgraph *gf = ggml_new_graph_custom(ctx, 64 + (size_t)model_.hp.n_layer * 96);
     ggml_tensor *logits = model_.arch->build_graph(ctx, gf, model_, kv, in);
+    if (params_.embeddings) {
+        // every architecture ends with output x final-norm(x): keep the hidden state
+        if (logits->op != GGML_OP_MUL_MAT || !logits->src[1])
+            throw std::runtime_error(std::string("embeddings: the ") + model_.arch->name + " graph does not end in the output projection");
+        logits = logits->src[1];
+    }
     ggml_set_output(logits);
     ggml_build_forward_expand(gf, logits);
     if (fb)  // probes off the logits' path (the observer's act, verify's true set) must run too
@@ -278,50 +356,52 @@ void context::build_graph(int n, int n_outputs, int n_kv, kv_cache &kv, ffn_buil
     gc_.pos = in.pos;
     gc_.kq_mask = in.kq_mask;
     gc_.kq_mask_swa = in.kq_mask_swa;
+    gc_.out_ids = in.out_ids;
     gc_.has_dev = in.dev != nullptr;
     gc_.n = n;
     gc_.n_outputs = n_outputs;
+    gc_.by_ids = by_ids;
     gc_.n_kv = n_kv;
     gc_.kv = &kv;
     gc_.fb = fb;
     gc_.reusable = keep;
 }
 
-// The KQ mask of a batch of n tokens at positions [pos0, pos0 + n) over n_kv
-// cache cells: a cell is visible when it is not in the token's future and,
-// with a window, when token_pos - cell_pos < window (0: no window).
-void context::set_kq_mask(ggml_tensor *mask, int n, int n_kv, int pos0, uint32_t window) {
-    mask_buf_.resize((size_t)n * n_kv);
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < n_kv; j++) {
-            const int64_t d = (int64_t)pos0 + i - j;  // token_pos - cell_pos
-            mask_buf_[(size_t)i * n_kv + j] = d >= 0 && (window == 0 || d < (int64_t)window) ? 0.0f : -INFINITY;
-        }
+// The KQ mask of a batch over n_kv cache cells, one kq_mask_value per (cell,
+// token); window: the sliding window of the layers that read it (0: none).
+void context::set_kq_mask(ggml_tensor *mask, const ubatch &ub, int n_kv, const kv_cache &kv, uint32_t window) {
+    mask_buf_.resize((size_t)ub.n * n_kv);
+    for (int i = 0; i < ub.n; i++)
+        for (int j = 0; j < n_kv; j++)
+            mask_buf_[(size_t)i * n_kv + j] = kq_mask_value(kv.cells[(size_t)j], ub.pos[i], ub.seq[i], window);
     ggml_backend_tensor_set(mask, mask_buf_.data(), 0, sizeof(float) * mask_buf_.size());
 }
 
-void context::decode_batch(const int32_t *tokens, int n, int n_outputs, float *out, kv_cache &kv, ffn_build *fb) {
+void context::decode_batch(const ubatch &ub, float *out, kv_cache &kv, ffn_build *fb) {
     using clock = std::chrono::steady_clock;
     const auto t_begin = clock::now();
-    const int pos0 = (int)kv.n_past;
-    // one shape repeats token after token; verify alternates two graphs, so it rebuilds
-    const bool cacheable = n == 1 && !kv_dense_ && params_.graph_cache;
-    const int n_kv = cacheable ? (int)std::min<uint32_t>(kv.n_ctx, (uint32_t)(pos0 + n + KV_PAD - 1) / KV_PAD * KV_PAD) : pos0 + n;
-    if (gc_.reusable && cacheable && gc_.n == n && gc_.n_outputs == n_outputs && gc_.n_kv == n_kv && gc_.kv == &kv &&
-        gc_.fb == fb) {
-        kv_view_move(gc_.moving, pos0);
+    const int n = ub.n, n_outputs = (int)ub.out_rows.size();
+    // outputs that are the batch's last rows are a view; any others are gathered by id
+    bool by_ids = false;
+    for (int r = 0; r < n_outputs; r++) by_ids |= ub.out_rows[(size_t)r] != n - n_outputs + r;
+    // one shape repeats step after step; verify alternates two graphs, so it rebuilds
+    const bool cacheable = n <= GRAPH_CACHE_MAX_TOKENS && !kv_dense_ && params_.graph_cache;
+    const uint32_t end = std::max<uint32_t>(kv.used_end(), (uint32_t)(ub.cell0 + n));
+    const int n_kv = cacheable ? (int)std::min<uint32_t>(kv.n_ctx, (end + KV_PAD - 1) / KV_PAD * KV_PAD) : (int)end;
+    if (gc_.reusable && cacheable && gc_.n == n && gc_.n_outputs == n_outputs && gc_.by_ids == by_ids &&
+        gc_.n_kv == n_kv && gc_.kv == &kv && gc_.fb == fb) {
+        kv_view_move(gc_.moving, ub.cell0);
         graphs_reused_++;
     } else {
-        build_graph(n, n_outputs, n_kv, kv, fb, cacheable);
+        build_graph(ub, n_kv, by_ids, kv, fb, cacheable);
         graphs_built_++;
     }
     // inputs through the buffer API: the same code whatever memory they are in
-    ggml_backend_tensor_set(gc_.tokens, tokens, 0, sizeof(int32_t) * n);
-    pos_buf_.resize((size_t)n);
-    for (int i = 0; i < n; i++) pos_buf_[(size_t)i] = pos0 + i;
-    ggml_backend_tensor_set(gc_.pos, pos_buf_.data(), 0, sizeof(int32_t) * n);
-    set_kq_mask(gc_.kq_mask, n, n_kv, pos0, model_.hp.n_swa_layers() == model_.hp.n_layer ? model_.hp.n_swa : 0);
-    if (gc_.kq_mask_swa) set_kq_mask(gc_.kq_mask_swa, n, n_kv, pos0, model_.hp.n_swa);
+    ggml_backend_tensor_set(gc_.tokens, ub.tokens, 0, sizeof(int32_t) * n);
+    ggml_backend_tensor_set(gc_.pos, ub.pos, 0, sizeof(int32_t) * n);
+    if (by_ids) ggml_backend_tensor_set(gc_.out_ids, ub.out_rows.data(), 0, sizeof(int32_t) * n_outputs);
+    set_kq_mask(gc_.kq_mask, ub, n_kv, kv, model_.hp.n_swa_layers() == model_.hp.n_layer ? model_.hp.n_swa : 0);
+    if (gc_.kq_mask_swa) set_kq_mask(gc_.kq_mask_swa, ub, n_kv, kv, model_.hp.n_swa);
 
     ggml_backend_sim_counters c0{}, c1{};
     if (gc_.has_dev) device_counters(dev_, &c0);
@@ -346,10 +426,9 @@ void context::decode_batch(const int32_t *tokens, int n, int n_outputs, float *o
         x.n_syncs += c1.n_synchronize - c0.n_synchronize;
         x.n_waits += (uint64_t)st.n_event_waits;
     }
-    kv.n_past += n;
     if (fb && fb->stats) accumulate_ffn_stats(model_, *fb, stats_);
     if (fb && fb->observe) accumulate_ffn_observer(model_, *fb, observer_);
-    if (n_outputs > 0) ggml_backend_tensor_get(gc_.logits, out, 0, sizeof(float) * (size_t)n_outputs * model_.hp.n_vocab);
+    if (n_outputs > 0) ggml_backend_tensor_get(gc_.logits, out, 0, sizeof(float) * (size_t)n_outputs * n_out_dim());
     if (!gc_.reusable) drop_graph();
     if (n == 1) {
         const auto t_end = clock::now();

@@ -36,7 +36,8 @@ struct context_params {
     int sim_threads = 1;         // sim: its kernel threads
     double sim_copy_latency_us = 0, sim_copy_ns_per_byte = 0;  // sim: cost charged per copy
     int prompt_stream_min = 32;  // batches this large send a hybrid layer's cold rows up (0: the CPU computes them)
-    bool graph_cache = true;     // single-token decodes reuse their graph and plan (false: rebuild every token)
+    bool graph_cache = true;     // small batches reuse their graph and plan (false: rebuild every batch)
+    bool embeddings = false;     // outputs are the final-norm hidden states [n_embd], not logits
 };
 
 // What moved between the host and the device (decode calls with a device plan).
@@ -72,14 +73,27 @@ public:
     context(const context &) = delete;
     context &operator=(const context &) = delete;
 
-    // Evaluates tokens at positions n_past..; throws on a full context or a bad token.
+    // Evaluates tokens of sequence 0 at positions n_past..; throws on a full
+    // context or a bad token.
     void decode(const int32_t *tokens, int n, bool all_logits);
-    float *logits(int i);  // i < 0: from the end; nullptr if not kept
+    // Evaluates a batch mixing sequences: token i of sequence seq[i] at
+    // position pos[i], its output (logits, or the hidden state of an embedding
+    // context) kept when output[i]. Tokens of one sequence come in position
+    // order. Throws on a bad token, sequence or position, or a full cache.
+    void decode_seqs(const int32_t *tokens, const int32_t *pos, const int32_t *seq, const int8_t *output, int n);
+    float *logits(int i);       // i-th kept row of the last decode (< 0: from the end); nullptr if none
+    float *logits_ith(int i);   // row of batch token i of the last decode (< 0: from the end); nullptr if not kept
     int n_logits() const { return n_logits_; }
+    int n_out_dim() const;      // floats per row: n_vocab, or n_embd for an embedding context
 
     uint32_t n_ctx() const { return kv_->n_ctx; }
-    uint32_t n_past() const { return kv_->n_past; }
-    void truncate(uint32_t n_keep);
+    uint32_t n_past() const { return (uint32_t)(kv_->seq_pos_max(0) + 1); }  // sequence 0
+    void truncate(uint32_t n_keep);  // sequence 0 keeps positions < n_keep
+    // Sequence operations (seq < 0: every sequence; p1 < 0: no end).
+    void seq_rm(int seq, int32_t p0, int32_t p1);
+    void seq_cp(int src, int dst, int32_t p0, int32_t p1);
+    int32_t seq_pos_max(int seq) const { return kv_->seq_pos_max(seq); }
+    uint32_t n_cells_used() const { return kv_->n_used(); }
     const model &mdl() const { return model_; }
 
     // A snapshot of the cached keys and values of positions [0, n_past) (and of the
@@ -107,7 +121,7 @@ public:
     const transfer_stats &transfers(bool decode) const { return xfer_[decode ? 1 : 0]; }
     void reset_transfers() { xfer_[0] = xfer_[1] = transfer_stats(); }
 
-    // graphs built and reused by single-token decodes (the plan cache)
+    // graphs built and reused by small batches (the plan cache)
     int64_t graphs_built() const { return graphs_built_; }
     int64_t graphs_reused() const { return graphs_reused_; }
 
@@ -116,17 +130,27 @@ private:
     struct graph_cache {
         ggml_context *ctx = nullptr;
         ggml_cgraph *gf = nullptr;
-        ggml_tensor *logits = nullptr, *tokens = nullptr, *pos = nullptr, *kq_mask = nullptr, *kq_mask_swa = nullptr;
+        ggml_tensor *logits = nullptr, *tokens = nullptr, *pos = nullptr, *kq_mask = nullptr, *kq_mask_swa = nullptr,
+                    *out_ids = nullptr;
         std::vector<std::pair<ggml_tensor *, size_t>> moving;  // KV store views, bytes per position
         bool has_dev = false, reusable = false;
         int n = 0, n_outputs = 0, n_kv = 0;
+        bool by_ids = false;  // outputs chosen by out_ids (else the last n_outputs rows)
         const kv_cache *kv = nullptr;
         const ffn_build *fb = nullptr;
     };
-    void build_graph(int n, int n_outputs, int n_kv, kv_cache &kv, ffn_build *fb, bool keep);
+    // One batch that fits the graph: its tokens, positions and sequences, the
+    // cells [cell0, cell0 + n) it is stored in, and the batch rows whose outputs go to out.
+    struct ubatch {
+        const int32_t *tokens, *pos, *seq;
+        int n, cell0;
+        std::vector<int32_t> out_rows;
+    };
+    void build_graph(const ubatch &ub, int n_kv, bool by_ids, kv_cache &kv, ffn_build *fb, bool keep);
     void drop_graph();
-    void decode_batch(const int32_t *tokens, int n, int n_outputs, float *out, kv_cache &kv, ffn_build *fb);
-    void set_kq_mask(ggml_tensor *mask, int n, int n_kv, int pos0, uint32_t window);
+    void decode_batch(const ubatch &ub, float *out, kv_cache &kv, ffn_build *fb);
+    void decode_checked(const ubatch &ub, float *out);  // + the dense twin of --sparse-verify
+    void set_kq_mask(ggml_tensor *mask, const ubatch &ub, int n_kv, const kv_cache &kv, uint32_t window);
 
     const model &model_;
     context_params params_;
@@ -140,6 +164,7 @@ private:
     std::vector<uint8_t> arena_;   // graph + tensor headers, reused every batch
     std::vector<int32_t> pos_buf_;
     std::vector<float> mask_buf_;
+    std::vector<int32_t> out_row_;  // per token of the last decode: its row in logits_, or -1
     transfer_stats xfer_[2];
     graph_cache gc_;
     int64_t graphs_built_ = 0, graphs_reused_ = 0;

@@ -27,7 +27,7 @@ ggml_tensor *build_attention(ggml_context *ctx, ggml_cgraph *gf, const hparams &
                              const graph_inputs &in, int il, ggml_tensor *q, ggml_tensor *k, ggml_tensor *v) {
     const int hd = (int)hp.head_dim;
     const int n = in.n_tokens;
-    kv.store(ctx, gf, il, ggml_reshape_2d(ctx, k, hd * hp.n_head_kv, n), v, in.pos0, in.kv_moving);
+    kv.store(ctx, gf, il, ggml_reshape_2d(ctx, k, hd * hp.n_head_kv, n), v, in.cell0, in.kv_moving);
 
     ggml_tensor *K = kv.view_k(ctx, il, in.n_kv, hd, (int)hp.n_head_kv);  // [hd, n_kv, n_head_kv]
     ggml_tensor *V = kv.view_v(ctx, il, in.n_kv, hd, (int)hp.n_head_kv);  // [n_kv, hd, n_head_kv]
@@ -108,7 +108,9 @@ ggml_tensor *build_rope(ggml_context *ctx, const graph_inputs &in, const model &
                          swa ? hp.rope_freq_scale_swa : hp.rope_freq_scale, hp.rope_attn_factor);
 }
 
-ggml_tensor *build_select_outputs(ggml_context *ctx, ggml_tensor *x, int n_outputs) {
+ggml_tensor *build_select_outputs(ggml_context *ctx, const graph_inputs &in, ggml_tensor *x) {
+    const int n_outputs = in.n_outputs;
+    if (in.out_ids) return ggml_get_rows(ctx, x, input_here(ctx, in.out_ids, &in.out_ids_dev));
     if (n_outputs == x->ne[1]) return x;
     return ggml_view_2d(ctx, x, x->ne[0], n_outputs, x->nb[1], (size_t)(x->ne[1] - n_outputs) * x->nb[1]);
 }

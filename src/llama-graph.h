@@ -54,7 +54,8 @@ ggml_tensor *build_attention(ggml_context *ctx, ggml_cgraph *gf, const hparams &
 // for layers without a gate; dense or neuron-sparse per in.ffn (llama-sparse-ffn.h).
 ggml_tensor *build_ffn(ggml_context *ctx, ggml_cgraph *gf, const graph_inputs &in, const model &m, int il, ggml_tensor *x);
 
-// Keep only the last n_outputs columns of x [n_embd, n_tokens].
-ggml_tensor *build_select_outputs(ggml_context *ctx, ggml_tensor *x, int n_outputs);
+// Keep only the columns of x [n_embd, n_tokens] whose logits are wanted:
+// the last in.n_outputs (a view), or the rows in.out_ids lists.
+ggml_tensor *build_select_outputs(ggml_context *ctx, const graph_inputs &in, ggml_tensor *x);
 
 }  // namespace pinfer

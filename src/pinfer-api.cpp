@@ -264,6 +264,7 @@ pinfer_context_params pinfer_context_default_params(void) {
     p.prompt_stream_min = 32;
     p.graph_cache = true;
     p.offload_layers = false;
+    p.embeddings = false;
     return p;
 }
 
@@ -315,6 +316,7 @@ pinfer_context *pinfer_context_new(pinfer_model *model, pinfer_context_params pa
         p.prompt_stream_min = params.prompt_stream_min;
         p.graph_cache = params.graph_cache;
         p.offload_layers = params.offload_layers;
+        p.embeddings = params.embeddings;
         auto *pc = new pinfer_context();
         try {
             pc->c = std::make_unique<pinfer::context>(*model->m, p);
@@ -412,6 +414,46 @@ int32_t pinfer_decode(pinfer_context *ctx, const pinfer_token *tokens, int32_t n
 }
 
 float *pinfer_get_logits(pinfer_context *ctx, int32_t i) { return ctx->c->logits(i); }
+
+int32_t pinfer_decode_batch(pinfer_context *ctx, const pinfer_token *tokens, const int32_t *pos, const int32_t *seq_id,
+                            const int8_t *output, int32_t n) {
+    return guarded<>(-1, [&] {
+        if (!ctx || n <= 0 || !tokens || !pos || !seq_id || !output)
+            throw std::invalid_argument("pinfer_decode_batch: NULL argument or no tokens");
+        ctx->c->decode_seqs(tokens, pos, seq_id, output, n);
+        return 0;
+    });
+}
+
+float *pinfer_get_logits_ith(pinfer_context *ctx, int32_t i) { return ctx ? ctx->c->logits_ith(i) : nullptr; }
+int32_t pinfer_n_outputs_dim(const pinfer_context *ctx) { return ctx ? ctx->c->n_out_dim() : -1; }
+
+int32_t pinfer_kv_seq_rm(pinfer_context *ctx, int32_t seq_id, int32_t p0, int32_t p1) {
+    return guarded<>(-1, [&] {
+        if (!ctx) throw std::invalid_argument("no context");
+        ctx->c->seq_rm(seq_id, p0 < 0 ? 0 : p0, p1);
+        return 0;
+    });
+}
+
+int32_t pinfer_kv_seq_cp(pinfer_context *ctx, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
+    return guarded<>(-1, [&] {
+        if (!ctx) throw std::invalid_argument("no context");
+        ctx->c->seq_cp(src, dst, p0 < 0 ? 0 : p0, p1);
+        return 0;
+    });
+}
+
+void pinfer_kv_clear(pinfer_context *ctx) {
+    if (ctx) ctx->c->seq_rm(-1, 0, -1);
+}
+
+int32_t pinfer_kv_seq_pos_max(const pinfer_context *ctx, int32_t seq_id) {
+    if (!ctx || seq_id < 0 || seq_id >= pinfer::KV_MAX_SEQ) return -1;
+    return ctx->c->seq_pos_max(seq_id);
+}
+
+int32_t pinfer_kv_cells_used(const pinfer_context *ctx) { return ctx ? (int32_t)ctx->c->n_cells_used() : 0; }
 
 const char *pinfer_sparse_mode_name(int32_t mode) {
     if (mode < PINFER_SPARSE_OFF || mode > PINFER_SPARSE_AUTO) return nullptr;

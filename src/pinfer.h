@@ -135,6 +135,9 @@ struct pinfer_context_params {
     // Layer offload as llama.cpp does it: whole layers on the device in order,
     // no neuron split (default false: attention first, then hot FFN prefixes).
     bool offload_layers;
+    // An embedding context: each kept output row is the final-norm hidden
+    // state [n_embd] instead of logits [n_vocab] (default false).
+    bool embeddings;
 };
 
 // Precision of the activations that meet quantized weights. HIGH: about 15
@@ -163,8 +166,8 @@ struct pinfer_context_params pinfer_context_default_params(void);
 struct pinfer_context *pinfer_context_new(struct pinfer_model *model, struct pinfer_context_params params);
 void pinfer_context_free(struct pinfer_context *ctx);
 uint32_t pinfer_n_ctx(const struct pinfer_context *ctx);
-int32_t pinfer_n_past(const struct pinfer_context *ctx);  // tokens in the KV cache
-// Forget cached tokens at positions >= n_keep.
+int32_t pinfer_n_past(const struct pinfer_context *ctx);  // tokens of sequence 0 in the KV cache
+// Forget sequence 0's cached tokens at positions >= n_keep.
 void pinfer_kv_truncate(struct pinfer_context *ctx, int32_t n_keep);
 
 // KV snapshots (prompt caches): the cached keys and values of positions [0, n_past).
@@ -176,6 +179,18 @@ int32_t pinfer_state_get(const struct pinfer_context *ctx, uint8_t *dst, size_t 
 // as if those tokens had just been evaluated: 0, or -1 (pinfer_last_error names the mismatch).
 int32_t pinfer_state_set(struct pinfer_context *ctx, const uint8_t *src, size_t size, int32_t n_past,
                          const float *last_logits);
+
+// ---- several sequences in one KV cache (ids 0..PINFER_MAX_SEQ-1) ----
+// The n_ctx cells are shared: each holds one position of the sequences that
+// see it, and a token attends only to cells of its own sequence (causally).
+#define PINFER_MAX_SEQ 64
+// Drop seq_id's cells at positions [p0, p1) (p1 < 0: to the end; seq_id < 0: every sequence).
+int32_t pinfer_kv_seq_rm(struct pinfer_context *ctx, int32_t seq_id, int32_t p0, int32_t p1);
+// dst also sees src's cells at positions [p0, p1) (shared, no copy; p1 < 0: to the end).
+int32_t pinfer_kv_seq_cp(struct pinfer_context *ctx, int32_t src, int32_t dst, int32_t p0, int32_t p1);
+void pinfer_kv_clear(struct pinfer_context *ctx);
+int32_t pinfer_kv_seq_pos_max(const struct pinfer_context *ctx, int32_t seq_id);  // -1: no cell
+int32_t pinfer_kv_cells_used(const struct pinfer_context *ctx);
 
 // ---- the device plan and its traffic ----
 const char *pinfer_context_device(const struct pinfer_context *ctx);  // "CPU", "sim"
@@ -208,6 +223,17 @@ void pinfer_reset_transfer_stats(struct pinfer_context *ctx);
 int32_t pinfer_decode(struct pinfer_context *ctx, const pinfer_token *tokens, int32_t n, bool all_logits);
 // Logits [n_vocab] of token i of the last decode (-1: the last one); NULL if not kept.
 float *pinfer_get_logits(struct pinfer_context *ctx, int32_t i);
+
+// Evaluate a batch that mixes sequences: token i belongs to seq_id[i] at
+// position pos[i] (a sequence's tokens in position order); output[i] != 0 keeps
+// its logits. Split into n_batch pieces, each stored in one run of free cells.
+// Returns 0, < 0 on error (bad token / sequence / position, no free cell).
+int32_t pinfer_decode_batch(struct pinfer_context *ctx, const pinfer_token *tokens, const int32_t *pos,
+                            const int32_t *seq_id, const int8_t *output, int32_t n);
+// Output row of batch token i of the last decode (< 0: from the end); NULL if not kept.
+float *pinfer_get_logits_ith(struct pinfer_context *ctx, int32_t i);
+// Floats per output row: n_vocab, or n_embd in an embedding context.
+int32_t pinfer_n_outputs_dim(const struct pinfer_context *ctx);
 
 // ---- sparse FFN: modes and statistics ----
 const char *pinfer_sparse_mode_name(int32_t mode);       // "off", ...; NULL if unknown

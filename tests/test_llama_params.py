@@ -110,10 +110,10 @@ def test_unknown_names_are_type_errors(model, llm):
         next(llm.generate([1], bogus=1))
 
 
-def test_embedding_methods_raise(llm):
-    with pytest.raises(NotImplementedError, match="embed"):
+def test_embedding_methods_need_embedding_true(llm):
+    with pytest.raises(ValueError, match="embedding=True"):
         llm.embed("x")
-    with pytest.raises(NotImplementedError, match="create_embedding"):
+    with pytest.raises(ValueError, match="embedding=True"):
         llm.create_embedding("x")
 
 

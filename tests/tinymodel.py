@@ -113,9 +113,10 @@ def _permute_rope_rows(w: np.ndarray, n_head: int) -> np.ndarray:
 
 def write_gguf(model, path: str, ffn_act: str = "silu", chat_template: Optional[str] = CHATML_TEMPLATE,
                merges: Optional[List[str]] = None, pre: str = "gpt2", name: str = "tiny-llama",
-               add_bos: bool = False, eos_always: float = 0.0) -> str:
+               add_bos: bool = False, eos_always: float = 0.0, pooling_type: Optional[int] = None) -> str:
     """Write a LlamaForCausalLM to `path` as an F32 GGUF file; returns path.
 
+    pooling_type: written as ``llama.pooling_type`` (llama.cpp's numbers) when given.
     ffn_act: written as ``pinfer.ffn_act`` when not "silu".
     eos_always: if > 0, rig the output so the EOS token (<|im_end|>) wins every
     step by about this margin (for end-of-generation tests); HF's model is changed too.
@@ -156,6 +157,8 @@ def write_gguf(model, path: str, ffn_act: str = "silu", chat_template: Optional[
     w.add_file_type(0)  # ALL_F32
     if ffn_act != "silu":
         w.add_string("pinfer.ffn_act", ffn_act)
+    if pooling_type is not None:
+        w.add_uint32("llama.pooling_type", pooling_type)
 
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre(pre)

@@ -27,7 +27,8 @@ __all__ = ["main", "find_tool", "build_parser", "UserError", "COMMANDS"]
 # The modules of the subcommands, in --help order: each has add_parser(subparsers),
 # which registers its command with func=its main(args). Heavy imports (torch,
 # transformers, highspy) wait inside each module until its command runs.
-COMMANDS = ("info", "quantize", "perplexity", "convert", "solve", "profile", "predictors", "place", "calibrate")
+COMMANDS = ("info", "quantize", "perplexity", "convert", "solve", "profile", "predictors", "place", "calibrate",
+            "server.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

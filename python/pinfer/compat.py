@@ -46,8 +46,6 @@ INIT: Table = {
     "yarn_beta_fast": (32.0, REFUSE, "YaRN is not implemented"),
     "yarn_beta_slow": (1.0, REFUSE, "YaRN is not implemented"),
     "yarn_orig_ctx": (0, REFUSE, "YaRN is not implemented"),
-    "embedding": (False, REFUSE, "embedding contexts are not implemented"),
-    "pooling_type": (None, REFUSE, "embedding contexts are not implemented"),
     "lora_base": (None, WITH, "lora_path"),
     "lora_path": (None, REFUSE, "LoRA adapters are not implemented"),
     "lora_scale": (1.0, WITH, "lora_path"),

@@ -228,6 +228,11 @@ class Llama:
             (llama-cpp-python's protocol: called with llama=self, messages=, tools=,
             tool_choice= and the sampling arguments as keywords).
         type_k, type_v: KV cache type as a GGML type id (0: F32, 1: F16; both alike).
+        embedding: also create an embedding context, for :meth:`embed` and
+            :meth:`create_embedding` (generation keeps working).
+        pooling_type: how :meth:`embed` pools a text's token vectors: "mean", "cls",
+            "last" or "none" (one vector per token), or llama.cpp's numbers 1, 2, 3, 0;
+            None: the file's ``<arch>.pooling_type``, else mean.
 
     Other llama-cpp-python arguments are listed in :mod:`pinfer.compat`: performance
     hints are accepted with a notice, unimplemented features raise NotImplementedError
@@ -256,16 +261,20 @@ class Llama:
         chat_handler: Any = None,
         type_k: Optional[int] = None,
         type_v: Optional[int] = None,
+        embedding: bool = False,
+        pooling_type: Optional[Union[int, str]] = None,
         **kwargs: Any,
     ) -> None:
         self._model: Optional[_core.Model] = None
         self._ctx: Optional[_core.Context] = None
+        self._ectx: Optional[_core.Context] = None  # the embedding context (embedding=True)
         self._lltok: Any = None  # llguidance's view of the vocabulary, built on first use
         self._nl: Optional[int] = None
         self._exact: Any = None  # ExactTokenizer, built on first use
         self._metadata: Optional[Dict[str, str]] = None
         self._stream_owner = 0  # the completion that may use the cache (see _completion_stream)
         self.cache: Any = None  # a prompt cache (set_cache)
+        self._owns = True  # False for a sequence view (_sequence_view): the parent frees model and contexts
         compat.check("Llama", kwargs, compat.INIT)
         self._last_n = A.as_int("last_n_tokens_size", last_n_tokens_size, 0)
         self._chat_format = _chat_family(chat_format)
@@ -310,6 +319,14 @@ class Llama:
         elif self._ctx.device == "CPU" and n_gpu_layers not in (None, 0):
             print(f"pinfer: notice: n_gpu_layers={n_gpu_layers} without a device (device='cuda' or 'sim'): "
                   "every layer runs on the CPU", file=sys.stderr)
+        if embedding:
+            from .embedding import pooling_kind
+            arch = self._model.arch
+            self._pooling = pooling_kind(pooling_type, self.metadata.get(f"{arch}.pooling_type"))
+            self._ectx = _core.Context(self._model, self._ctx.n_ctx, n_batch, n_threads or 0, kv_type, sparse,
+                                       precision=precision, embeddings=True)
+        elif pooling_type is not None:
+            raise ValueError("pooling_type is used only with embedding=True")
         if verbose:
             print(f"pinfer: loaded {model_path} in {1e3 * (time.perf_counter() - t0):.1f} ms: "
                   f"{self._model.desc}; n_ctx={self._ctx.n_ctx}", file=sys.stderr)
@@ -433,11 +450,29 @@ class Llama:
 
     # ---- resources ----
 
+    def _sequence_view(self, ctx: Any) -> "Llama":
+        """A Llama over this one's model whose KV cache is ``ctx``: an object with the
+        Context methods Llama uses (decode, logits, kv_truncate, n_ctx), e.g. one
+        sequence of a context shared by several (pinfer.server). Everything else
+        (templates, samplers, stop handling, logprobs, result shapes) is this class's."""
+        view = object.__new__(Llama)
+        view.__dict__.update(self.__dict__)
+        view._ctx, view._ectx, view._owns = ctx, None, False
+        view._input_ids, view._history, view._stream_owner = [], [], 0
+        view._logits_all, view.verbose = False, False
+        return view
+
     def close(self) -> None:
         """Free the context and model now (also done when the object is collected)."""
+        if not getattr(self, "_owns", True):  # a sequence view: its parent owns the model
+            self._ctx = self._model = None
+            return
         if self._ctx is not None:
             self._ctx.close()
             self._ctx = None
+        if self._ectx is not None:
+            self._ectx.close()
+            self._ectx = None
         if self._model is not None:
             self._model.close()
             self._model = None
@@ -682,7 +717,7 @@ class Llama:
             if hooks.grammar is not None and not self.model.is_eog(tok):
                 hooks.grammar.accept(tok)
         else:
-            tok = sampler.sample(self.ctx)
+            tok = sampler.sample(self.ctx.logits(-1))
         if hooks.n_logprobs is not None:
             lp = _log_softmax(self.ctx.logits(-1))
             k = min(hooks.n_logprobs, lp.size)
@@ -1242,15 +1277,82 @@ class Llama:
                 toks += self._exact(data[b:end], special=True)
         return toks
 
-    # ---- not implemented (named, so that callers learn it at once) ----
+    # ---- embeddings ----
 
-    def create_embedding(self, input: Any, model: Optional[str] = None) -> Dict[str, Any]:
-        """Not implemented: pinfer contexts produce logits, not embeddings."""
-        raise NotImplementedError("create_embedding() is not supported: embedding contexts "
-                                  "(Llama(embedding=True)) are not implemented")
+    def embed(self, input: Union[str, Sequence[str], Sequence[int], Sequence[Sequence[int]]],
+              normalize: bool = False, truncate: bool = True, return_count: bool = False) -> Any:
+        """Embedding of a text (a list of floats; with pooling "none" a list per token),
+        or a list of them for a list of texts (or of token-id lists).
 
-    def embed(self, input: Any, normalize: bool = False, truncate: bool = True,
-              return_count: bool = False) -> Any:
-        """Not implemented: pinfer contexts produce logits, not embeddings."""
-        raise NotImplementedError("embed() is not supported: embedding contexts "
-                                  "(Llama(embedding=True)) are not implemented")
+        normalize: scale each vector to unit length. truncate: cut texts longer than
+        n_ctx to n_ctx tokens (else ValueError). return_count: also return the number
+        of tokens embedded. Needs ``Llama(embedding=True)``. Several texts run as
+        separate sequences of one batch."""
+        from . import embedding as E
+
+        if self._ectx is None:
+            if self._model is None:
+                raise ValueError("this Llama is closed")
+            raise ValueError("embed() needs a Llama created with embedding=True")
+        single = isinstance(input, (str, bytes)) or (
+            isinstance(input, (list, tuple)) and bool(input) and all(isinstance(t, int) for t in input))
+        items = [input] if single else list(input)
+        if not items:
+            raise ValueError("embed() needs at least one input")
+        n_ctx = self._ectx.n_ctx
+        seqs = []
+        for i, it in enumerate(items):
+            toks = (self.model.tokenize(A.as_utf8(f"input[{i}]", it), True, False) if isinstance(it, (str, bytes))
+                    else A.as_token_ids(f"input[{i}]", it, self.n_vocab()))
+            if not toks:
+                raise ValueError(f"input[{i}] is empty")
+            if len(toks) > n_ctx:
+                if not truncate:
+                    raise ValueError(f"input[{i}] has {len(toks)} tokens, more than n_ctx = {n_ctx} "
+                                     "(truncate=True cuts it)")
+                toks = toks[:n_ctx]
+            seqs.append(toks)
+        out: List[Any] = []
+        i = 0
+        while i < len(seqs):  # as many texts per batch as the cells and sequence ids hold
+            group = [seqs[i]]
+            used = len(seqs[i])
+            while (i + len(group) < len(seqs) and len(group) < 64
+                   and used + len(seqs[i + len(group)]) <= n_ctx):
+                used += len(seqs[i + len(group)])
+                group.append(seqs[i + len(group)])
+            T, P, S = [], [], []
+            for s, toks in enumerate(group):
+                T += toks
+                P += range(len(toks))
+                S += [s] * len(toks)
+            self._ectx.seq_rm(-1)
+            self._ectx.decode_batch(T, P, S, [1] * len(T))
+            at = 0
+            for toks in group:
+                h = np.stack([np.asarray(self._ectx.logits_ith(at + j)) for j in range(len(toks))])
+                at += len(toks)
+                v = E.pool(h, self._pooling)
+                if normalize:
+                    v = E.normalize(v)
+                out.append(v.tolist())
+            i += len(group)
+        self._ectx.seq_rm(-1)
+        result = out[0] if single else out
+        n_tokens = sum(len(t) for t in seqs)
+        return (result, n_tokens) if return_count else result
+
+    def create_embedding(self, input: Union[str, Sequence[str]], model: Optional[str] = None,
+                         normalize: bool = False, truncate: bool = True) -> Dict[str, Any]:
+        """OpenAI's embeddings response (``object: "list"``, one ``embedding`` per input,
+        usage) for a text or a list of texts; needs ``Llama(embedding=True)``.
+        normalize: unit-length vectors, as OpenAI's are; truncate: as in :meth:`embed`."""
+        if model is not None and not isinstance(model, str):
+            raise TypeError(f"model must be a str, got {type(model).__name__}")
+        single = isinstance(input, (str, bytes)) or (
+            isinstance(input, (list, tuple)) and bool(input) and all(isinstance(t, int) for t in input))
+        vecs, n = self.embed(input, normalize=normalize, truncate=truncate, return_count=True)
+        vecs = [vecs] if single else vecs
+        return {"object": "list", "model": model if model is not None else self.model_path,
+                "data": [{"object": "embedding", "embedding": v, "index": i} for i, v in enumerate(vecs)],
+                "usage": {"prompt_tokens": n, "total_tokens": n}}

@@ -43,6 +43,7 @@ struct context_holder {
     std::mutex busy;       // one decode at a time; others get an error, not a wait
     int32_t n_last = 0;    // tokens in the last decode
     bool last_all = false; // whether it kept logits for all of them
+    bool last_batch = false;  // the last decode was decode_batch (outputs by batch index)
     ~context_holder() {
         if (p) pinfer_context_free(p);
     }
@@ -191,7 +192,7 @@ class Context {
             const std::string &sparse, bool sparse_stats, bool sparse_verify, bool ffn_observe,
             const std::string &precision, const std::string &device, int32_t n_gpu_layers, double vram_budget,
             double sim_memory, double sim_copy_latency_us, double sim_copy_ns_per_byte, int32_t sim_threads,
-            int32_t prompt_stream_min, bool graph_cache, const std::string &offload) {
+            int32_t prompt_stream_min, bool graph_cache, const std::string &offload, bool embeddings) {
         auto mh = model.holder();
         pinfer_context_params cp = pinfer_context_default_params();
 #ifdef PINFER_CUDA
@@ -222,6 +223,7 @@ class Context {
         if (offload != "neurons" && offload != "layers")
             throw nb::value_error(("offload must be 'neurons' or 'layers', got '" + offload + "'").c_str());
         cp.offload_layers = offload == "layers";
+        cp.embeddings = embeddings;
         cp.precision = pinfer_precision_from_name(precision.c_str());
         if (cp.precision < 0) throw nb::value_error(("precision must be 'high' or 'fast', got '" + precision + "'").c_str());
         cp.sparse_mode = pinfer_sparse_mode_from_name(sparse.c_str());
@@ -252,6 +254,7 @@ class Context {
         h_->model = mh;
         h_->p = c;
         n_vocab_ = pinfer_model_n_vocab(mh->p);
+        n_out_ = pinfer_n_outputs_dim(c);
     }
 
     const std::shared_ptr<context_holder> &holder() const {
@@ -290,7 +293,60 @@ class Context {
         }
         h->n_last = (int32_t)n;
         h->last_all = all_logits;
+        h->last_batch = false;
     }
+
+    // A batch mixing sequences (pinfer_decode_batch); outputs by batch index (logits_ith).
+    void decode_batch(const std::vector<int32_t> &toks, const std::vector<int32_t> &pos, const std::vector<int32_t> &seq,
+                      const std::vector<int32_t> &output) {
+        std::shared_ptr<context_holder> h = holder();
+        const size_t n = toks.size();
+        if (n == 0) throw nb::value_error("decode_batch() needs at least one token");
+        if (pos.size() != n || seq.size() != n || output.size() != n)
+            throw nb::value_error("decode_batch(): tokens, pos, seq_id and output must have the same length");
+        std::vector<int8_t> out(n);
+        for (size_t i = 0; i < n; i++) out[i] = output[i] != 0;
+        std::unique_lock<std::mutex> lock(h->busy, std::try_to_lock);
+        if (!lock.owns_lock()) throw nb::value_error("the context is busy in another thread");
+        int32_t rc;
+        std::string err;
+        {
+            nb::gil_scoped_release nogil;
+            rc = pinfer_decode_batch(h->p, toks.data(), pos.data(), seq.data(), out.data(), (int32_t)n);
+            if (rc < 0) err = last_error("decode failed");
+        }
+        h->n_last = rc < 0 ? 0 : (int32_t)n;
+        h->last_batch = true;
+        if (rc < 0) throw nb::value_error(err.c_str());
+    }
+
+    // Output row of batch token i of the last decode_batch: a view, valid until the next decode.
+    logits_view logits_ith(int32_t i) {
+        const auto &h = holder();
+        std::unique_lock<std::mutex> lock(h->busy, std::try_to_lock);
+        if (!lock.owns_lock()) throw nb::value_error("the context is busy in another thread");
+        if (h->n_last == 0 || !h->last_batch) throw nb::value_error("no batch outputs: call decode_batch() first");
+        float *p = pinfer_get_logits_ith(h->p, i);
+        if (!p) throw nb::index_error(("batch token " + std::to_string(i) + " has no output (output=0 or out of range)").c_str());
+        size_t shape[1] = {(size_t)n_out_};
+        return logits_view(p, 1, shape, context_capsule(h));
+    }
+
+    void seq_rm(int32_t seq, int32_t p0, int32_t p1) {
+        const auto &h = holder();
+        std::unique_lock<std::mutex> lock(h->busy, std::try_to_lock);
+        if (!lock.owns_lock()) throw nb::value_error("the context is busy in another thread");
+        if (pinfer_kv_seq_rm(h->p, seq, p0, p1) < 0) throw nb::value_error(last_error("seq_rm").c_str());
+    }
+    void seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
+        const auto &h = holder();
+        std::unique_lock<std::mutex> lock(h->busy, std::try_to_lock);
+        if (!lock.owns_lock()) throw nb::value_error("the context is busy in another thread");
+        if (pinfer_kv_seq_cp(h->p, src, dst, p0, p1) < 0) throw nb::value_error(last_error("seq_cp").c_str());
+    }
+    int32_t seq_pos_max(int32_t seq) const { return pinfer_kv_seq_pos_max(holder()->p, seq); }
+    int32_t cells_used() const { return pinfer_kv_cells_used(holder()->p); }
+    int32_t n_out() const { return n_out_; }
 
     void decode_list(const std::vector<int32_t> &toks, bool all_logits) {
         decode_raw(toks.data(), toks.size(), all_logits);
@@ -308,11 +364,12 @@ class Context {
         const int32_t n = h->n_last;
         int32_t j = i < 0 ? i + n : i;
         if (j < 0 || j >= n) throw nb::index_error(("logits index " + std::to_string(i) + " out of range").c_str());
+        if (h->last_batch) throw nb::value_error("the last decode was a batch: use logits_ith()");
         if (!h->last_all && j != n - 1)
             throw nb::index_error("logits were kept only for the last token (decode with all_logits=True)");
         float *p = pinfer_get_logits(h->p, h->last_all ? j : -1);
         if (!p) throw nb::index_error(last_error("no logits for this token").c_str());
-        size_t shape[1] = {(size_t)n_vocab_};
+        size_t shape[1] = {(size_t)n_out_};
         return logits_view(p, 1, shape, context_capsule(h));
     }
 
@@ -323,17 +380,17 @@ class Context {
         std::unique_lock<std::mutex> lock(h->busy, std::try_to_lock);
         if (!lock.owns_lock()) throw nb::value_error("the context is busy in another thread");
         if (h->n_last == 0) throw nb::value_error("no logits: call decode() first");
-        if (!h->last_all) throw nb::value_error("the last decode kept only the last logits (use all_logits=True)");
+        if (!h->last_all || h->last_batch) throw nb::value_error("the last decode kept only the last logits (use all_logits=True)");
         const int32_t n = h->n_last;
         float *p0 = pinfer_get_logits(h->p, 0);
         if (!p0) throw nb::value_error(last_error("no logits").c_str());
         bool contiguous = true;
-        for (int32_t i = 1; i < n && contiguous; i++) contiguous = pinfer_get_logits(h->p, i) == p0 + (size_t)i * n_vocab_;
-        size_t shape[2] = {(size_t)n, (size_t)n_vocab_};
+        for (int32_t i = 1; i < n && contiguous; i++) contiguous = pinfer_get_logits(h->p, i) == p0 + (size_t)i * n_out_;
+        size_t shape[2] = {(size_t)n, (size_t)n_out_};
         if (contiguous) return logits_view(p0, 2, shape, context_capsule(h));
-        float *copy = new float[(size_t)n * n_vocab_];
+        float *copy = new float[(size_t)n * n_out_];
         for (int32_t i = 0; i < n; i++)
-            memcpy(copy + (size_t)i * n_vocab_, pinfer_get_logits(h->p, i), sizeof(float) * n_vocab_);
+            memcpy(copy + (size_t)i * n_out_, pinfer_get_logits(h->p, i), sizeof(float) * n_out_);
         nb::capsule owner(copy, [](void *p) noexcept { delete[] static_cast<float *>(p); });
         return logits_view(copy, 2, shape, owner);
     }
@@ -483,6 +540,7 @@ class Context {
   private:
     std::shared_ptr<context_holder> h_;
     int32_t n_vocab_ = 0;
+    int32_t n_out_ = 0;   // floats per output row (n_embd in an embedding context)
     std::string device_;  // kept alive for the C API
 };
 
@@ -681,14 +739,14 @@ void bind_llama(nb::module_ &m) {
     nb::class_<Context>(m, "Context", "KV cache, compute buffers and threads for one model.")
         .def(nb::init<Model &, uint32_t, uint32_t, int32_t, nb::handle, const std::string &, bool, bool, bool,
                       const std::string &, const std::string &, int32_t, double, double, double, double, int32_t,
-                      int32_t, bool, const std::string &>(),
+                      int32_t, bool, const std::string &, bool>(),
              nb::arg("model"), nb::arg("n_ctx") = 0, nb::arg("n_batch") = 512, nb::arg("n_threads") = 0,
              nb::arg("type_kv") = "f16", nb::arg("sparse") = "off", nb::arg("sparse_stats") = false,
              nb::arg("sparse_verify") = false, nb::arg("ffn_observe") = false, nb::arg("precision") = "high",
              nb::kw_only(), nb::arg("device") = "auto", nb::arg("n_gpu_layers") = -1, nb::arg("vram_budget") = 0.0,
              nb::arg("sim_memory") = 0.0, nb::arg("sim_copy_latency_us") = 0.0, nb::arg("sim_copy_ns_per_byte") = 0.0,
              nb::arg("sim_threads") = 1, nb::arg("prompt_stream_min") = 32, nb::arg("graph_cache") = true,
-             nb::arg("offload") = "neurons",
+             nb::arg("offload") = "neurons", nb::arg("embeddings") = false,
              "n_ctx 0: the model's training context (at most 4096); n_threads <= 0: all cores; "
              "type_kv: KV cache element type, 'f16' (or 1) or 'f32' (or 0, for exact comparisons); "
              "sparse: FFN mode 'off', 'exact', 'predictor', 'threshold' or 'auto'; sparse_stats / sparse_verify: "
@@ -718,6 +776,19 @@ void bind_llama(nb::module_ &m) {
         .def("decode", &Context::decode_list, nb::arg("tokens"), nb::arg("all_logits") = false)
         .def("logits", &Context::logits, nb::arg("i") = -1,
              "float32 [n_vocab] view (no copy) of token i's logits; valid until the next decode.")
+        .def("decode_batch", &Context::decode_batch, nb::arg("tokens"), nb::arg("pos"), nb::arg("seq_id"),
+             nb::arg("output"),
+             "Evaluate a batch mixing sequences: token i of sequence seq_id[i] at position pos[i], its output kept "
+             "when output[i]; releases the GIL.")
+        .def("logits_ith", &Context::logits_ith, nb::arg("i"),
+             "float32 view of batch token i's output row (logits, or the hidden state with embeddings=True).")
+        .def("seq_rm", &Context::seq_rm, nb::arg("seq_id"), nb::arg("p0") = 0, nb::arg("p1") = -1,
+             "Forget seq_id's cells at positions [p0, p1) (p1 < 0: to the end; seq_id < 0: every sequence).")
+        .def("seq_cp", &Context::seq_cp, nb::arg("src"), nb::arg("dst"), nb::arg("p0") = 0, nb::arg("p1") = -1,
+             "dst also sees src's cells at positions [p0, p1) (shared cells, no copy).")
+        .def("seq_pos_max", &Context::seq_pos_max, nb::arg("seq_id"), "Highest cached position of seq_id (-1: none).")
+        .def_prop_ro("cells_used", &Context::cells_used, "KV cells in use by any sequence.")
+        .def_prop_ro("n_out", &Context::n_out, "Floats per output row: n_vocab, or n_embd with embeddings=True.")
         .def("logits_all", &Context::logits_all, "float32 [n, n_vocab] logits of every token of the last decode.")
         .def_prop_ro("n_past", &Context::n_past)
         .def_prop_ro("n_ctx", &Context::n_ctx)
