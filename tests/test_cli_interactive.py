@@ -15,11 +15,10 @@ import jsonschema
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import tinymodel  # noqa: E402
-from test_cli import cli_path  # noqa: E402
+import tinymodel
+from conftest import pinfer_cli_path as cli_path
 
-from pinfer import Llama  # noqa: E402
+from pinfer import Llama
 
 
 def env():

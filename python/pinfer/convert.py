@@ -552,7 +552,10 @@ def _llama_like(cfg: dict, fam: _Family, w: _Weights, ffn_act: Optional[str]) ->
 
     def add(dst: str, src: str, fn: Optional[Callable[[np.ndarray], np.ndarray]] = None):
         if fam.plus_one and dst.endswith("norm.weight"):
-            fn = (lambda a, f=fn: (f(a) if f else a) + 1.0)
+            inner = fn
+
+            def fn(a, f=inner):
+                return (f(a) if f else a) + 1.0
         plan.append((dst, src, (lambda: fn(w.get(src))) if fn else (lambda: w.get(src))))
 
     for dst, a in extra.items():

@@ -21,9 +21,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _core
+from . import _core, compat
 from . import args as A
-from . import compat
 from .grammar import GrammarMask, LlamaGrammar, from_response_format
 from .processors import as_processors, logit_bias_processor
 
@@ -961,7 +960,7 @@ class Llama:
                     seed: Optional[int], repeat_last_n: Optional[int], special: bool, add_bos: bool,
                     model: Optional[str], hooks: _Hooks, chat_logprobs: bool = False,
                     extra: Optional[Dict[str, Any]] = None):
-        self.ctx  # raise now if closed, not on the first next() of a stream
+        _ = self.ctx  # raise now if closed, not on the first next() of a stream
         stops = [A.as_utf8("stop", s) for s in A.as_str_list("stop", stop) if s]
         if max_tokens is not None:
             max_tokens = A.as_int("max_tokens", max_tokens, None, None)
