@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(root, "python"))
 so = glob.glob(os.path.join(build, "_core*.so"))[0]
 spec = importlib.util.spec_from_file_location("pinfer._core", so)
 mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod); sys.modules["pinfer._core"] = mod
-from pinfer.server.cli import main
+from pinfer.server.cli import standalone as main
 sys.exit(main(sys.argv[3:]))
 """
 

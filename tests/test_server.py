@@ -255,7 +255,7 @@ def test_metrics_text(srv):
 
 
 def test_bad_options_are_errors(capsys):
-    from pinfer.server.cli import main
+    from pinfer.server.cli import standalone as main
     assert main(["--parallel", "0"]) == 1
     assert "--parallel must be in [1, 64]" in capsys.readouterr().err
     assert main(["-m", "/nonexistent/model.gguf"]) == 1

@@ -38,7 +38,7 @@ PROMPTS = ["It is a truth universally acknowledged that", "The history of the Ro
 BOOT = ("import glob,importlib.util,os,sys;r,b=sys.argv[1],sys.argv[2];sys.path.insert(0,os.path.join(r,'python'));"
         "s=importlib.util.spec_from_file_location('pinfer._core',glob.glob(os.path.join(b,'_core*.so'))[0]);"
         "m=importlib.util.module_from_spec(s);s.loader.exec_module(m);sys.modules['pinfer._core']=m;"
-        "from pinfer.server.cli import main;sys.exit(main(sys.argv[3:]))")
+        "from pinfer.server.cli import standalone;sys.exit(standalone(sys.argv[3:]))")
 
 
 def free_port() -> int:

@@ -43,7 +43,7 @@ def add_parser(sub) -> None:
                                    "/v1/embeddings, /v1/models, /tokenize, /detokenize, /health, /metrics. "
                                    "--parallel slots are decoded together in one batch per step.")
     add_arguments(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=main)
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -89,7 +89,8 @@ def build(args: argparse.Namespace):
     return create_app(engine, model_id, args.api_key, limits, metrics), engine, model_id
 
 
-def run(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
+    """`pinfer serve`: serve until SIGINT / SIGTERM."""
     try:
         import uvicorn
     except ImportError:
@@ -115,12 +116,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def standalone(argv: Optional[List[str]] = None) -> int:
+    """`python -m pinfer.server`: the same options, errors as one line and exit 1."""
     p = argparse.ArgumentParser(prog="python -m pinfer.server", description="pinfer's OpenAI-compatible server")
     add_arguments(p)
     args = p.parse_args(argv)
     try:
-        return run(args)
+        return main(args)
     except (RuntimeError, ValueError, OSError) as e:
         print(f"pinfer serve: error: {e}", file=sys.stderr)
         return 1
