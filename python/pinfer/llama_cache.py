@@ -20,7 +20,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .llama import LlamaState
+from .llama import Llama, LlamaState
 
 __all__ = ["BaseLlamaCache", "LlamaCache", "LlamaRAMCache", "LlamaDiskCache"]
 
@@ -29,15 +29,6 @@ Key = Tuple[int, ...]
 
 def _key(tokens: Sequence[int]) -> Key:
     return tuple(int(t) for t in tokens)
-
-
-def _prefix(a: Key, b: Key) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _capacity(capacity_bytes: int) -> int:
@@ -64,7 +55,7 @@ class BaseLlamaCache:
         key = _key(key)
         best, best_len = None, 0
         for k in self._keys():
-            n = _prefix(k, key)
+            n = Llama.longest_token_prefix(k, key)
             if n > best_len:
                 best, best_len = k, n
         return best

@@ -160,15 +160,7 @@ class Engine:
         if not key:
             return free[0]
 
-        def common(s: Slot) -> int:
-            a, b = s.llm._input_ids, key
-            n = 0
-            for x, y in zip(a, b):
-                if x != y:
-                    break
-                n += 1
-            return n
-        return max(free, key=common)
+        return max(free, key=lambda s: s.llm.longest_token_prefix(s.llm._input_ids, key))
 
     def _start(self, slot: Slot, job: Job) -> None:  # with the lock held
         slot.job = job
