@@ -137,9 +137,6 @@ struct word_index {
     }
     __m512i operator[](int r) const { return _mm512_load_si512(w[r]); }
 };
-// q2_K / q3_K register j (shift 2j): bytes 0..31 elements 32j + l, bytes
-// 32..63 elements 128 + 32j + l; word w's sub-block of 16:
-inline int idx_2bit(int j, int w) { return 8 * (w / 16) + 2 * j + (w % 16) / 8; }
 // q4_K / q5_K register r: elements 64 (r / 2) + 32 (r % 2) + ... in element order, sub-blocks of 32
 inline int idx_4bit(int r, int w) { return 2 * r + w / 16; }
 // q6_K register r: sub-blocks of 16
@@ -150,13 +147,24 @@ inline const block_q8_K *act_row(const void *vy, size_t vrow, int r) {
     return (const block_q8_K *)((const char *)vy + (size_t)r * vrow);
 }
 
+// q2_K / q3_K register m holds elements 64m .. 64m + 63 in order, so the
+// activations are plain 64-byte loads. Byte l of the quants' half h = m / 2
+// holds element 128h + 32j + l at shift 2j: the 32 bytes of that half are
+// broadcast to both 256-bit lanes and shifted by 2j0 (low lane) and 2j0 + 2
+// (high lane), j0 = 2 (m % 2). Word w's sub-block of 16 is 4m + w / 8.
+inline __m512i shift_2bit(int m) { return _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * (m & 1))), _mm256_set1_epi16((short)(4 * (m & 1) + 2)), 1); }
+inline __m512i quants_2bit(const uint8_t *qs, int m, __m512i shift) {
+    const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * (m >> 1))));
+    return _mm512_and_si512(_mm512_srlv_epi16(q, shift), _mm512_set1_epi8(3));
+}
+
 // q2_K: 16 sub-blocks of 16, 4-bit scales and mins; u = 2-bit quants.
 template <int NR>
 void dot_q2_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
-    static const word_index<idx_2bit> idx;
+    static const word_index<idx_6bit> idx;
     const block_q2_K *x = (const block_q2_K *)vx;
     const int64_t nb = n / QK_K;
-    const __m512i m3 = _mm512_set1_epi8(3);
+    const __m512i sh[4] = {shift_2bit(0), shift_2bit(1), shift_2bit(2), shift_2bit(3)};
     __m512 acc = _mm512_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
     const int ahead = ggml_prefetch_distance;
@@ -165,20 +173,17 @@ void dot_q2_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
         const __m128i sv = _mm_loadu_si128((const __m128i *)x[i].scales);
         const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sv, _mm_set1_epi8(0x0F))));
         const __m256i mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sv, 4), _mm_set1_epi8(0x0F)));
-        const __m512i q = _mm512_loadu_si512(x[i].qs);
-        __m512i u[4], scj[4];
-        for (int j = 0; j < 4; j++) {
-            u[j] = _mm512_and_si512(_mm512_srli_epi16(q, 2 * j), m3);
-            scj[j] = _mm512_permutexvar_epi16(idx[j], sc);
+        __m512i u[4], scm[4];
+        for (int m = 0; m < 4; m++) {
+            u[m] = quants_2bit(x[i].qs, m, sh[m]);
+            scm[m] = _mm512_permutexvar_epi16(idx[m], sc);
         }
         const float xd = fp16(x[i].d), xm = fp16(x[i].dmin);
         for (int r = 0; r < NR; r++) {
             const block_q8_K *y = act_row<NR>(vy, vrow, r) + i;
             __m512i sumi = _mm512_setzero_si512();
-            for (int j = 0; j < 4; j++) {
-                const __m512i p = _mm512_maddubs_epi16(u[j], load2_256(y->qs + 32 * j, y->qs + 128 + 32 * j));
-                sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p, scj[j]));
-            }
+            for (int m = 0; m < 4; m++)
+                sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(u[m], _mm512_loadu_si512(y->qs + 64 * m)), scm[m]);
             const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn);
             acc = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), acc);
             accm = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xm), _mm256_cvtepi32_ps(mins), accm);
@@ -189,13 +194,18 @@ void dot_q2_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
 
 // q3_K: u = 2 low bits | hmask bit << 2 (0..7), value u - 4; 16 sub-blocks
 // of 16 with 6-bit scales stored plus 32. The 4 comes off in integers
-// through the block sums.
+// through the block sums. hmask bit c of byte l is element 32c + l: register
+// m takes bits 2m (low lane) and 2m + 1 (high lane) of the 32 broadcast bytes.
 template <int NR>
 void dot_q3_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
-    static const word_index<idx_2bit> idx;
+    static const word_index<idx_6bit> idx;
     const block_q3_K *x = (const block_q3_K *)vx;
     const int64_t nb = n / QK_K;
-    const __m512i m3 = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1);
+    const __m512i sh[4] = {shift_2bit(0), shift_2bit(1), shift_2bit(2), shift_2bit(3)};
+    __m512i hsh[4];
+    for (int m = 0; m < 4; m++)
+        hsh[m] = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * m)), _mm256_set1_epi16((short)(2 * m + 1)), 1);
+    const __m512i one = _mm512_set1_epi8(1);
     __m512 acc = _mm512_setzero_ps();
     const int ahead = ggml_prefetch_distance;
     for (int64_t i = 0; i < nb; i++) {
@@ -210,15 +220,12 @@ void dot_q3_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
         const __m128i s8 = _mm_sub_epi8(_mm_setr_epi32((int)a[0], (int)a[1], (int)a[2], (int)a[3]), _mm_set1_epi8(32));
         const __m256i sc16 = _mm256_cvtepi8_epi16(s8);
         const __m512i sc = _mm512_castsi256_si512(sc16);
-        const __m512i q = _mm512_loadu_si512(x[i].qs);
-        // hmask bit c of byte l is element 32 c + l: the high half of each register wants bit 4 + j
-        const __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
-        const __m512i h2 = _mm512_inserti64x4(_mm512_castsi256_si512(hm), _mm256_srli_epi16(hm, 4), 1);
-        __m512i u[4], scj[4];
-        for (int j = 0; j < 4; j++) {
-            const __m512i hb = _mm512_and_si512(_mm512_srli_epi16(h2, j), one);
-            u[j] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 2 * j), m3), _mm512_slli_epi16(hb, 2));
-            scj[j] = _mm512_permutexvar_epi16(idx[j], sc);
+        const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[i].hmask));
+        __m512i u[4], scm[4];
+        for (int m = 0; m < 4; m++) {
+            const __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(hm, hsh[m]), one);
+            u[m] = _mm512_or_si512(quants_2bit(x[i].qs, m, sh[m]), _mm512_slli_epi16(hb, 2));
+            scm[m] = _mm512_permutexvar_epi16(idx[m], sc);
         }
         const float xd = fp16(x[i].d);
         for (int r = 0; r < NR; r++) {
@@ -226,10 +233,8 @@ void dot_q3_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
             // - 4 sum_k sc_k bsums_k, in lanes 0..7
             const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), sc16);
             __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_zextsi256_si512(off), 2));
-            for (int j = 0; j < 4; j++) {
-                const __m512i p = _mm512_maddubs_epi16(u[j], load2_256(y->qs + 32 * j, y->qs + 128 + 32 * j));
-                sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p, scj[j]));
-            }
+            for (int m = 0; m < 4; m++)
+                sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(u[m], _mm512_loadu_si512(y->qs + 64 * m)), scm[m]);
             acc = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), acc);
         }
     }
