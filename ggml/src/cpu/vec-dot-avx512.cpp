@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "ggml-quants.h"
+#include "kquant-scales.h"
 #include "vec-dot-simd.h"
 #include "q8x-dot.h"
 
@@ -210,15 +211,7 @@ void dot_q3_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
     const int ahead = ggml_prefetch_distance;
     for (int64_t i = 0; i < nb; i++) {
         ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
-        uint32_t a[4];
-        memcpy(a, x[i].scales, 12);
-        const uint32_t k1 = 0x03030303, k2 = 0x0f0f0f0f, t = a[2];
-        a[2] = ((a[0] >> 4) & k2) | (((t >> 4) & k1) << 4);
-        a[3] = ((a[1] >> 4) & k2) | (((t >> 6) & k1) << 4);
-        a[0] = (a[0] & k2) | (((t >> 0) & k1) << 4);
-        a[1] = (a[1] & k2) | (((t >> 2) & k1) << 4);
-        const __m128i s8 = _mm_sub_epi8(_mm_setr_epi32((int)a[0], (int)a[1], (int)a[2], (int)a[3]), _mm_set1_epi8(32));
-        const __m256i sc16 = _mm256_cvtepi8_epi16(s8);
+        const __m256i sc16 = q3k_scales16(x[i].scales);
         const __m512i sc = _mm512_castsi256_si512(sc16);
         const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[i].hmask));
         __m512i u[4], scm[4];
@@ -239,20 +232,6 @@ void dot_q3_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
         }
     }
     *s = _mm512_reduce_add_ps(acc);
-}
-
-// The 12 bytes of 6-bit scales and mins of q4_K / q5_K (the 4 bytes after
-// them are read too: the quants follow) -> bytes 0..7 scales of the 8
-// sub-blocks, bytes 8..15 their mins, in vector ops (scalar unpacking and
-// inserts cost more than a superblock's dot products).
-inline __m128i scales_q45(const uint8_t *p) {
-    const __m128i v = _mm_loadu_si128((const __m128i *)p);  // dwords a0 a1 a2
-    // [a0 & 3F, a2 & 0F, a1 & 3F, (a2 >> 4) & 0F] | [0, (a0 >> 2) & 30, 0, (a1 >> 2) & 30]
-    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)), _mm_setr_epi32(0, 0, 0, 4)),
-                                     _mm_setr_epi32(0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F));
-    const __m128i hi = _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0)), 2),
-                                     _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
-    return _mm_or_si128(lo, hi);
 }
 
 // q4_K (Q5 = false) and q5_K (Q5 = true, a fifth bit per quant, u = 0..31):
