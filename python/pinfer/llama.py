@@ -164,6 +164,13 @@ class _Hooks:
         return bool(self.processors) or self.grammar is not None
 
 
+def _chunk(ch: Dict[str, Any], delta: Dict[str, Any], logprobs: Any = None,
+           finish: Optional[str] = None) -> Dict[str, Any]:
+    """The chat.completion.chunk of completion chunk ch with one choice carrying delta."""
+    return {"id": "chat" + ch["id"], "object": "chat.completion.chunk", "created": ch["created"], "model": ch["model"],
+            "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]}
+
+
 class LlamaState:
     """What :meth:`Llama.save_state` returns (picklable; :mod:`pinfer.llama_cache`
     also stores it without pickle). ``kv`` is the snapshot of the cached keys and
@@ -1173,20 +1180,14 @@ class Llama:
         def chunks() -> Iterator[Dict[str, Any]]:
             first = True
             for ch in result:
-                base = {"id": "chat" + ch["id"], "object": "chat.completion.chunk", "created": ch["created"],
-                        "model": ch["model"]}
                 if first:
-                    yield {**base, "choices": [{"index": 0, "delta": {"role": "assistant"}, "logprobs": None,
-                                                "finish_reason": None}]}
+                    yield _chunk(ch, {"role": "assistant"})
                     first = False
                 c = ch["choices"][0]
                 if c["text"]:
-                    yield {**base, "choices": [{"index": 0, "delta": {"content": c["text"]},
-                                                "logprobs": c["logprobs"], "finish_reason": None}]}
+                    yield _chunk(ch, {"content": c["text"]}, c["logprobs"])
                 if c["finish_reason"] is not None:
-                    yield {**base, "choices": [{"index": 0, "delta": {}, "logprobs": None,
-                                                "finish_reason": c["finish_reason"]}],
-                           "usage": ch.get("usage")}
+                    yield {**_chunk(ch, {}, finish=c["finish_reason"]), "usage": ch.get("usage")}
         return chunks()
 
     @staticmethod
@@ -1201,11 +1202,8 @@ class Llama:
 
         first, pending, held, started = True, "", False, False
         for ch in result:
-            base = {"id": "chat" + ch["id"], "object": "chat.completion.chunk", "created": ch["created"],
-                    "model": ch["model"]}
             if first:
-                yield {**base, "choices": [{"index": 0, "delta": {"role": "assistant"}, "logprobs": None,
-                                            "finish_reason": None}]}
+                yield _chunk(ch, {"role": "assistant"})
                 first = False
             c = ch["choices"][0]
             pending += c["text"]
@@ -1217,15 +1215,13 @@ class Llama:
                 elif at >= 0:
                     out, pending, held = pending[:at], pending[at:], True
                     if out:
-                        yield {**base, "choices": [{"index": 0, "delta": {"content": out}, "logprobs": None,
-                                                    "finish_reason": None}]}
+                        yield _chunk(ch, {"content": out})
                 elif lead:
                     k = partial(pending)
                     out, pending = pending[:len(pending) - k], pending[len(pending) - k:]
                     if out:
                         started = True
-                        yield {**base, "choices": [{"index": 0, "delta": {"content": out},
-                                                    "logprobs": c["logprobs"], "finish_reason": None}]}
+                        yield _chunk(ch, {"content": out}, c["logprobs"])
             if c["finish_reason"] is None:
                 continue
             finish = c["finish_reason"]
@@ -1233,15 +1229,11 @@ class Llama:
             if calls:
                 finish = "tool_calls"
                 if content:
-                    yield {**base, "choices": [{"index": 0, "delta": {"content": content}, "logprobs": None,
-                                                "finish_reason": None}]}
-                yield {**base, "choices": [{"index": 0, "logprobs": None, "finish_reason": None, "delta": {
-                    "tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]}}]}
+                    yield _chunk(ch, {"content": content})
+                yield _chunk(ch, {"tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]})
             elif pending:
-                yield {**base, "choices": [{"index": 0, "delta": {"content": pending}, "logprobs": None,
-                                            "finish_reason": None}]}
-            yield {**base, "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish}],
-                   "usage": ch.get("usage")}
+                yield _chunk(ch, {"content": pending})
+            yield {**_chunk(ch, {}, finish=finish), "usage": ch.get("usage")}
 
     def _chat_tokens(self, prompt: str, messages: Sequence[Dict[str, Any]], add_bos: bool) -> List[int]:
         """The rendered chat's tokens: the template's special-token text becomes control
