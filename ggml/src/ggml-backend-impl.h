@@ -27,6 +27,19 @@ struct ggml_backend_buffer_type {
     void *ctx;
 };
 
+// The two kinds of buffer type a device backend has: its own memory (non-host,
+// 256-byte aligned, a byte budget, its synchronous copies) and host memory it
+// copies from and to (pinned for CUDA; no budget, plain memcpy).
+void ggml_backend_buft_init_device(ggml_backend_buffer_type *bt, const char *name, size_t budget,
+                                   void *(*alloc_mem)(ggml_backend_buffer_type *, size_t),
+                                   void (*free_mem)(ggml_backend_buffer_type *, void *, size_t),
+                                   void (*set)(ggml_backend_buffer_type *, void *, const void *, size_t),
+                                   void (*get)(ggml_backend_buffer_type *, void *, const void *, size_t),
+                                   void (*memset)(ggml_backend_buffer_type *, void *, uint8_t, size_t), void *ctx);
+void ggml_backend_buft_init_host(ggml_backend_buffer_type *bt, const char *name,
+                                 void *(*alloc_mem)(ggml_backend_buffer_type *, size_t),
+                                 void (*free_mem)(ggml_backend_buffer_type *, void *, size_t), void *ctx);
+
 struct ggml_backend_buffer {
     ggml_backend_buffer_type *buft;
     void *base;

@@ -205,29 +205,15 @@ ggml_backend_t ggml_backend_sim_init(ggml_backend_sim_params params) {
         return nullptr;
     }
     ggml_threadpool_set_sparse_dense_policy(c->tp, sim_policy);
-    c->mem.name = "sim";
-    c->mem.host = false;
-    c->mem.alignment = 256;
-    c->mem.budget = params.memory_bytes;
-    c->mem.alloc_mem = mem_alloc;
-    c->mem.free_mem = mem_free;
-    c->mem.set = mem_set;
-    c->mem.get = mem_get;
-    c->mem.memset = mem_memset;
-    c->mem.ctx = c;
-    c->pinned.name = "sim_pinned";
-    c->pinned.host = true;
-    c->pinned.alignment = GGML_DEFAULT_ALIGN;
-    c->pinned.budget = SIZE_MAX;
-    c->pinned.alloc_mem = [](ggml_backend_buffer_type *bt, size_t size) -> void * {
-        void *p = aligned_alloc(bt->alignment, (size + bt->alignment - 1) / bt->alignment * bt->alignment);
-        if (p) memset(p, 0, size);  // host buffers start zeroed, as the CPU's
-        return p;
-    };
-    c->pinned.free_mem = mem_free;
-    c->pinned.set = c->pinned.get = nullptr;
-    c->pinned.memset = nullptr;
-    c->pinned.ctx = c;
+    ggml_backend_buft_init_device(&c->mem, "sim", params.memory_bytes, mem_alloc, mem_free, mem_set, mem_get, mem_memset, c);
+    ggml_backend_buft_init_host(
+        &c->pinned, "sim_pinned",
+        [](ggml_backend_buffer_type *bt, size_t size) -> void * {
+            void *p = aligned_alloc(bt->alignment, (size + bt->alignment - 1) / bt->alignment * bt->alignment);
+            if (p) memset(p, 0, size);  // host buffers start zeroed, as the CPU's
+            return p;
+        },
+        mem_free, c);
     c->worker = std::thread([c] { c->run(); });
 
     ggml_backend *be = new ggml_backend();

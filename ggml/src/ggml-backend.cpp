@@ -120,6 +120,38 @@ ggml_backend_buffer_type_t ggml_backend_cpu_hugepage_buffer_type(void) {
     return &t;
 }
 
+void ggml_backend_buft_init_device(ggml_backend_buffer_type *bt, const char *name, size_t budget,
+                                   void *(*alloc_mem)(ggml_backend_buffer_type *, size_t),
+                                   void (*free_mem)(ggml_backend_buffer_type *, void *, size_t),
+                                   void (*set)(ggml_backend_buffer_type *, void *, const void *, size_t),
+                                   void (*get)(ggml_backend_buffer_type *, void *, const void *, size_t),
+                                   void (*memset)(ggml_backend_buffer_type *, void *, uint8_t, size_t), void *ctx) {
+    bt->name = name;
+    bt->host = false;
+    bt->alignment = 256;
+    bt->budget = budget;
+    bt->alloc_mem = alloc_mem;
+    bt->free_mem = free_mem;
+    bt->set = set;
+    bt->get = get;
+    bt->memset = memset;
+    bt->ctx = ctx;
+}
+
+void ggml_backend_buft_init_host(ggml_backend_buffer_type *bt, const char *name,
+                                 void *(*alloc_mem)(ggml_backend_buffer_type *, size_t),
+                                 void (*free_mem)(ggml_backend_buffer_type *, void *, size_t), void *ctx) {
+    bt->name = name;
+    bt->host = true;
+    bt->alignment = GGML_DEFAULT_ALIGN;
+    bt->budget = SIZE_MAX;
+    bt->alloc_mem = alloc_mem;
+    bt->free_mem = free_mem;
+    bt->set = bt->get = nullptr;
+    bt->memset = nullptr;
+    bt->ctx = ctx;
+}
+
 ggml_backend_buffer_t ggml_backend_cpu_buffer_from_ptr(void *ptr, size_t size) {
     return new ggml_backend_buffer{ggml_backend_cpu_buffer_type(), ptr, size, false, GGML_BACKEND_BUFFER_USAGE_WEIGHTS};
 }

@@ -158,25 +158,9 @@ ggml_backend_t ggml_backend_cuda_init(int device, size_t budget) {
     }
     c->n_sm = prop.multiProcessorCount;
     snprintf(c->name, sizeof(c->name), "CUDA%d", device);
-    c->mem.name = c->name;
-    c->mem.host = false;
-    c->mem.alignment = 256;
-    c->mem.budget = budget && budget < free_b ? budget : free_b;
-    c->mem.alloc_mem = dev_alloc;
-    c->mem.free_mem = dev_free;
-    c->mem.set = dev_set;
-    c->mem.get = dev_get;
-    c->mem.memset = dev_memset;
-    c->mem.ctx = c;
-    c->pinned.name = "CUDA_pinned";
-    c->pinned.host = true;
-    c->pinned.alignment = GGML_DEFAULT_ALIGN;
-    c->pinned.budget = SIZE_MAX;
-    c->pinned.alloc_mem = pinned_alloc;
-    c->pinned.free_mem = pinned_free;
-    c->pinned.set = c->pinned.get = nullptr;
-    c->pinned.memset = nullptr;
-    c->pinned.ctx = c;
+    ggml_backend_buft_init_device(&c->mem, c->name, budget && budget < free_b ? budget : free_b, dev_alloc, dev_free, dev_set,
+                                  dev_get, dev_memset, c);
+    ggml_backend_buft_init_host(&c->pinned, "CUDA_pinned", pinned_alloc, pinned_free, c);
 
     ggml_backend *be = new ggml_backend();
     be->name = "cuda";
