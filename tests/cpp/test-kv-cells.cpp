@@ -10,17 +10,7 @@
 #include <vector>
 
 #include "llama-kv-cache.h"
-
-static int g_fail = 0;
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        if (!(cond)) {                                           \
-            g_fail++;                                            \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                        \
-            fprintf(stderr, "\n");                               \
-        }                                                        \
-    } while (0)
+#include "check.h"
 
 using pinfer::kv_cache;
 using pinfer::kv_cell;

@@ -11,17 +11,7 @@
 #include <vector>
 
 #include "ggml-cpu.h"
-
-static int g_fail = 0;
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        if (!(cond)) {                                           \
-            g_fail++;                                            \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                        \
-            fprintf(stderr, "\n");                               \
-        }                                                        \
-    } while (0)
+#include "check.h"
 
 static int64_t g_calls = 0;
 static bool always_dense(int64_t, int64_t, int64_t) { return g_calls++, true; }

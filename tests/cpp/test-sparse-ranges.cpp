@@ -12,17 +12,7 @@
 #include <vector>
 
 #include "ggml.h"
-
-static int g_fail = 0;
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        if (!(cond)) {                                           \
-            g_fail++;                                            \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                        \
-            fprintf(stderr, "\n");                               \
-        }                                                        \
-    } while (0)
+#include "check.h"
 
 static const int64_t d = 64, n = 96, k = 40;  // list over n neurons, weights of k
 
