@@ -435,7 +435,10 @@ def uses_q8xh(name, d):
 
 def act_as_seen_high(name, x):
     """Activations under GGML_PREC_HIGH: the converted row plus its converted residual
-    (the q8xh layout's residual where the type runs on a q8xh kernel)."""
+    (the q8xh layout's residual where the type runs on a q8xh kernel); F16 and BF16
+    weights take the f32 activations themselves."""
+    if name in ("f16", "bf16"):
+        return x.astype(np.float64)
     if uses_q8xh(name, x.shape[-1]):
         return q8xh_values(x)
     first = act_as_seen(name, x)

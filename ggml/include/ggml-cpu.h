@@ -18,6 +18,10 @@ struct ggml_cpu_type_traits {
     ggml_vec_dot_t vec_dot;        // fastest dot kernel (NULL: not a weight type on the CPU)
     ggml_vec_dot_t vec_dot_ref;    // portable scalar dot kernel
     enum ggml_type vec_dot_type;   // what activations are converted to
+    // GGML_PREC_HIGH: dot against the f32 activations themselves (F16, BF16:
+    // exact, and one load an element fewer than a row and its residual);
+    // NULL: the high path converts a row and its residual (ops.h)
+    ggml_vec_dot_t vec_dot_f32;
 };
 
 // NULL where ggml_get_type_traits is NULL. Under ggml_cpu_force_scalar: the

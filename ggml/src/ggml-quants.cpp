@@ -929,6 +929,23 @@ void ggml_vec_dot_bf16_bf16_ref(int64_t n, float *s, const void *vx, const void 
     *s = (float)sum;
 }
 
+// F16 / BF16 weights against f32 activations (GGML_PREC_HIGH)
+void ggml_vec_dot_f16_f32_ref(int64_t n, float *s, const void *vx, const void *vy) {
+    const ggml_fp16_t *x = (const ggml_fp16_t *)vx;
+    const float *y = (const float *)vy;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)fp16_to_f32(x[i]) * (double)y[i];
+    *s = (float)sum;
+}
+
+void ggml_vec_dot_bf16_f32_ref(int64_t n, float *s, const void *vx, const void *vy) {
+    const ggml_bf16_t *x = (const ggml_bf16_t *)vx;
+    const float *y = (const float *)vy;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)bf16_to_f32(x[i]) * (double)y[i];
+    *s = (float)sum;
+}
+
 void ggml_vec_dot_f32_f32_ref(int64_t n, float *s, const void *vx, const void *vy) {
     const float *x = (const float *)vx, *y = (const float *)vy;
     double sum = 0;

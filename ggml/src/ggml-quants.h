@@ -73,6 +73,9 @@ void ggml_vec_dot_q6_K_q8_K_ref(int64_t n, float *s, const void *x, const void *
 void ggml_vec_dot_f16_f16_ref(int64_t n, float *s, const void *x, const void *y);
 void ggml_vec_dot_bf16_bf16_ref(int64_t n, float *s, const void *x, const void *y);
 void ggml_vec_dot_f32_f32_ref(int64_t n, float *s, const void *x, const void *y);
+// F16 / BF16 weights x f32 activations (vec_dot_f32, GGML_PREC_HIGH)
+void ggml_vec_dot_f16_f32_ref(int64_t n, float *s, const void *x, const void *y);
+void ggml_vec_dot_bf16_f32_ref(int64_t n, float *s, const void *x, const void *y);
 
 #ifdef __cplusplus
 }

@@ -8,8 +8,9 @@
 // float rounding. A looser check against the exact activations bounds the
 // total error too. With GGML_PREC_HIGH the reference activations are the
 // converted row plus its converted residual (for the types with q8xh kernels on
-// the SIMD families: the residual on the grid df/128 that layout defines), and the bound
-// against the exact product is 60x tighter.
+// the SIMD families: the residual on the grid df/128 that layout defines; F16 and
+// BF16 weights take the f32 activations as they are), and the bound against the
+// exact product is 60x tighter.
 
 #include <math.h>
 #include <stdio.h>
@@ -76,7 +77,9 @@ static bool uses_q8xh(ggml_type t, int64_t K) {
 static void run_case(ggml_type t, int64_t K, int64_t M, int64_t N, int64_t A2, int64_t A3, int64_t B2, int64_t B3,
                      b_layout lay, bool high = false) {
     const ggml_type_traits *tr = ggml_get_type_traits(t);
-    const ggml_type vdt = ggml_get_cpu_type_traits(t)->vec_dot_type;
+    // GGML_PREC_HIGH: F16 and BF16 weights meet the f32 activations themselves
+    const bool f32_high = high && (t == GGML_TYPE_F16 || t == GGML_TYPE_BF16);
+    const ggml_type vdt = f32_high ? GGML_TYPE_F32 : ggml_get_cpu_type_traits(t)->vec_dot_type;
     const ggml_type_traits *tv = ggml_get_type_traits(vdt);
 
     ggml_init_params ip = {(size_t)64 << 20, nullptr, false};

@@ -112,6 +112,19 @@ static void test_dots(const char *family, const table &ref, const table &fast) {
                 CHECK(err <= tol, "%s %s n=%lld rep=%d: ref %.9g simd %.9g (|err| %.3g > tol %.3g)", family, C.name,
                       (long long)n, rep, s_ref, s_fast, err, tol);
                 cases++;
+                // the GGML_PREC_HIGH kernel against f32 activations (F16, BF16)
+                CHECK((F.vec_dot_f32 != nullptr) == (R.vec_dot_f32 != nullptr), "%s %s: vec_dot_f32 present in one table only",
+                      family, C.name);
+                if (F.vec_dot_f32 && R.vec_dot_f32 && F.vec_dot_f32 != R.vec_dot_f32) {
+                    float h_ref = 0, h_fast = 0;
+                    R.vec_dot_f32(n, &h_ref, xq.data(), yf.data());
+                    F.vec_dot_f32(n, &h_fast, xq.data(), yf.data());
+                    double hmag = 0;
+                    for (int64_t i = 0; i < n; i++) hmag += fabs((double)xd[i] * yf[i]);
+                    CHECK(fabs((double)h_ref - h_fast) <= 2e-6 * hmag + 1e-30, "%s %s vec_dot_f32 n=%lld: ref %.9g simd %.9g",
+                          family, C.name, (long long)n, h_ref, h_fast);
+                    cases++;
+                }
             }
         }
         // q8_0 weights may hold -128 (valid on disk, never produced by the quantizer)

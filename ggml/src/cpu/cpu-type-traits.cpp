@@ -72,6 +72,8 @@ struct cpu_tables {
             ref[e.type].vec_dot = ref[e.type].vec_dot_ref = e.vec_dot;
             ref[e.type].vec_dot_type = e.vec_dot_type;
         }
+        ref[GGML_TYPE_F16].vec_dot_f32 = ggml_vec_dot_f16_f32_ref;
+        ref[GGML_TYPE_BF16].vec_dot_f32 = ggml_vec_dot_bf16_f32_ref;
         for (int i = 0; i < GGML_TYPE_COUNT; i++) best[i] = ref[i];
         ggml_axpy_kernels_ref(&axpy_ref);
         axpy_best = axpy_ref;

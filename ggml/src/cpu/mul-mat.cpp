@@ -41,18 +41,22 @@ struct plan {
     bool f32rows;    // converted rows are plain floats (the F16 multi-column path)
     size_t bstride;  // bytes from one converted b row to the next (vrow, or 2 vrow with resid)
     ggml_vec_dot2_t dot2;  // non-null with resid: one call for the row and its residual
+    ggml_vec_dot_t dot;    // the one-column kernel for vdt (ggml_cpu_act_dot)
 };
+
+void copy_row_f32(const float *x, void *y, int64_t k) { memcpy(y, x, sizeof(float) * (size_t)k); }
 
 plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *dst) {
     plan p;
     p.f32rows = false;
     const ggml_cpu_type_traits *ta = ggml_get_cpu_type_traits(a->type);
-    p.vdt = ta->vec_dot_type;
+    const bool high = ggml_prec_high(dst);
+    p.vdt = ggml_cpu_act_type(ta, high);
+    p.dot = ggml_cpu_act_dot(ta, high);
     const int64_t K = b->ne[0];
     p.vrow = ggml_row_size(p.vdt, K);
     // the q8x kernels only when SIMD kernels are active (not under ggml_cpu_force_scalar)
     const ggml_q8x_kernels *q = ta->vec_dot != ta->vec_dot_ref ? ggml_cpu_q8x() : nullptr;
-    const bool high = ggml_prec_high(dst);
     // GGML_PREC_HIGH with a q8xh kernel for the type: the residual travels in
     // the activation layout itself (vec-dot-simd.h), one column per row.
     const bool hi_kernel = high && q && K % 32 == 0 && q->dot_hi[a->type];
@@ -64,17 +68,18 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *ds
         p.q8x_quantize = q->quantize_hi;
         p.vrow = ggml_q8xh_row_size(K);
     }
-    // F16 weights keep their F16 activation rows; only the kernel is the
-    // multi-column one. Mat-vec keeps vec_dot, whose four accumulators hide
-    // the fma latency that a single column's one accumulator would expose.
-    if (q && a->type == GGML_TYPE_F16 && p.vdt == GGML_TYPE_F16 && b->ne[1] > 1) {
+    // F16 weights keep their F16 activation rows (exact f32 rows at high
+    // precision); only the kernel is the multi-column one. Mat-vec keeps
+    // vec_dot, whose four accumulators hide the fma latency that a single
+    // column's one accumulator would expose.
+    if (q && a->type == GGML_TYPE_F16 && b->ne[1] > 1) {
         p.q8x_dot = q->dot_f16;
-        p.q8x_quantize = q->f16r_convert;
+        p.q8x_quantize = p.vdt == GGML_TYPE_F32 ? copy_row_f32 : q->f16r_convert;
         p.vrow = sizeof(float) * (size_t)K;
         p.f32rows = true;
     }
     p.gather = b->nb[0] != sizeof(float);
-    p.direct = p.vdt == GGML_TYPE_F32 && !p.gather;
+    p.direct = p.vdt == GGML_TYPE_F32 && !p.gather && !p.q8x_dot;
     // other types with GGML_PREC_HIGH: each row is followed by its converted
     // residual, and each output is the sum of the two dots
     p.resid = high && !hi_kernel && p.vdt != GGML_TYPE_F32;
@@ -159,7 +164,7 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
     // one output element: the dot with the row, plus the dot with its residual
     auto vec_dot = [&](int64_t k, float *s, const void *x, const void *y) {
         if (p.dot2) return p.dot2(k, s, x, y, p.vrow);
-        ggml_vec_dot_resid(ta->vec_dot, k, s, x, y, p.vrow, p.resid);
+        ggml_vec_dot_resid(p.dot, k, s, x, y, p.vrow, p.resid);
     };
     auto arow = [&](int64_t i, int64_t i2, int64_t i3) {
         return (const char *)a->data + i * a->nb[1] + (i2 / r2) * a->nb[2] + (i3 / r3) * a->nb[3];

@@ -190,6 +190,7 @@ struct rows_plan {
     ggml_q8x_dot_t q8x_dot;
     ggml_q8x_quantize_t q8x_quantize;
     ggml_vec_dot2_t dot2;
+    ggml_vec_dot_t dot;  // the one-token kernel for vdt (ggml_cpu_act_dot)
     bool priv;     // every thread converts all tokens into its own area: no barrier
 };
 
@@ -202,7 +203,8 @@ rows_plan make_rows_plan(const ggml_tensor *dst) {
     rows_plan p;
     const ggml_cpu_type_traits *tw = ggml_get_cpu_type_traits(w->type);
     if (!tw->vec_dot) ggml_abort("%s: no dot kernel for weight type %s", ggml_op_name(dst->op), ggml_type_name(w->type));
-    p.vdt = tw->vec_dot_type;
+    p.vdt = ggml_cpu_act_type(tw, ggml_prec_high(dst));
+    p.dot = ggml_cpu_act_dot(tw, ggml_prec_high(dst));
     p.vrow = ggml_row_size(p.vdt, x->ne[0]);
     p.convert = p.vdt != GGML_TYPE_F32;
     p.high = p.convert && ggml_prec_high(dst);
@@ -262,7 +264,7 @@ size_t convert_rows_size(const rows_plan &p, const ggml_tensor *x, int n_threads
 
 // out[t * out_stride bytes] = dot(weight row, token t) for t < T, each the same
 // computation as in the dense MUL_MAT (conv: convert_rows' result).
-void row_dots(const rows_plan &p, const ggml_cpu_type_traits *tw, int64_t K, const char *wrow, const char *conv,
+void row_dots(const rows_plan &p, int64_t K, const char *wrow, const char *conv,
               const ggml_tensor *x, float *out, size_t out_stride, int64_t T) {
     auto xrow = [&](int64_t t) -> const void * {
         return conv ? (const void *)(conv + (size_t)t * p.xstride) : (const void *)((const char *)x->data + t * x->nb[1]);
@@ -274,7 +276,7 @@ void row_dots(const rows_plan &p, const ggml_cpu_type_traits *tw, int64_t K, con
     }
     for (int64_t t = 0; t < T; t++) {
         if (p.dot2) p.dot2(K, o(t), wrow, xrow(t), p.vrow);
-        else ggml_vec_dot_resid(tw->vec_dot, K, o(t), wrow, xrow(t), p.vrow, p.high);
+        else ggml_vec_dot_resid(p.dot, K, o(t), wrow, xrow(t), p.vrow, p.high);
     }
 }
 
@@ -287,7 +289,6 @@ extern "C" size_t ggml_mul_mat_sparse_rows_work_size(const ggml_tensor *node, in
 extern "C" void ggml_compute_forward_mul_mat_sparse_rows(const ggml_compute_params *params, ggml_tensor *dst) {
     const char *op = "mul_mat_sparse_rows";
     const ggml_tensor *w = dst->src[0], *x = dst->src[1], *idx = dst->src[2];
-    const ggml_cpu_type_traits *tw = ggml_get_cpu_type_traits(w->type);
     const int64_t K = w->ne[0], T = x->ne[1];
     const int64_t begin = dst->op_params[0], end = dst->op_params[1];
     const int ith = params->ith, nth = params->nth;
@@ -331,7 +332,7 @@ extern "C" void ggml_compute_forward_mul_mat_sparse_rows(const ggml_compute_para
         for (int j = 0; j < g; j++) {
             if (ahead && a + ahead < a1) prefetch_bytes(wrow_of(a + ahead) + j * rbytes, rbytes);
             const char *wrow = (const char *)w->data + (i * g + j) * w->nb[1];
-            row_dots(p, tw, K, wrow, conv, x, outg(i, 0, j), dst->nb[1], T);
+            row_dots(p, K, wrow, conv, x, outg(i, 0, j), dst->nb[1], T);
         }
         cur = i + 1;
     }
@@ -354,6 +355,7 @@ struct down_dense_plan {
     size_t vrow = 0;
     bool high = false;  // GGML_PREC_HIGH: each converted h row is followed by its residual
     size_t hstride = 0;  // bytes per token: vrow or 2 vrow
+    ggml_vec_dot_t dot = nullptr;  // the kernel for vdt (ggml_cpu_act_dot)
 };
 
 down_dense_plan make_down_dense_plan(const ggml_tensor *wd, int64_t begin, int64_t end, bool high) {
@@ -361,7 +363,8 @@ down_dense_plan make_down_dense_plan(const ggml_tensor *wd, int64_t begin, int64
     if (!wd) return p;
     const ggml_cpu_type_traits *td = ggml_get_cpu_type_traits(wd->type);
     if (!td->vec_dot) ggml_abort("sparse_down: no dot kernel for w_down type %s", ggml_type_name(wd->type));
-    p.vdt = td->vec_dot_type;
+    p.vdt = ggml_cpu_act_type(td, high);
+    p.dot = ggml_cpu_act_dot(td, high);
     const int64_t blck = std::max(ggml_blck_size(wd->type), ggml_blck_size(p.vdt));
     p.len = end - begin;
     p.ok = p.len > 0 && begin % blck == 0 && end % blck == 0;
@@ -399,7 +402,6 @@ namespace {
 void dense_down(const ggml_compute_params *params, const ggml_tensor *wd, int64_t begin, int64_t end, const active_list &l,
                 const down_dense_plan &p, const float *h, size_t h_stride, int64_t T, char *y, size_t y_stride, char *conv,
                 const char *op) {
-    const ggml_cpu_type_traits *td = ggml_get_cpu_type_traits(wd->type);
     const int64_t d = wd->ne[1];
     const int ith = params->ith, nth = params->nth;
     const size_t frow = align_up(sizeof(float) * (size_t)p.len);
@@ -429,7 +431,7 @@ void dense_down(const ggml_compute_params *params, const ggml_tensor *wd, int64_
     for (int64_t j = j0; j < j1; j++) {
         const char *row = (const char *)wd->data + j * wd->nb[1] + woff;
         for (int64_t t = 0; t < T; t++)
-            ggml_vec_dot_resid(td->vec_dot, p.len, (float *)(y + t * y_stride) + j, row, conv + (size_t)t * p.hstride, p.vrow,
+            ggml_vec_dot_resid(p.dot, p.len, (float *)(y + t * y_stride) + j, row, conv + (size_t)t * p.hstride, p.vrow,
                                p.high);
     }
 }
@@ -558,7 +560,6 @@ extern "C" size_t ggml_sparse_ffn_work_size(const ggml_tensor *node, int n_threa
 extern "C" void ggml_compute_forward_sparse_ffn(const ggml_compute_params *params, ggml_tensor *dst) {
     const char *op = "sparse_ffn_bundle";
     const ggml_tensor *w = dst->src[0], *x = dst->src[1], *idx = dst->src[2];
-    const ggml_cpu_type_traits *tw = ggml_get_cpu_type_traits(w->type);
     const ggml_to_float_t w_to_float = ggml_get_type_traits(w->type)->to_float;
     const ggml_tensor *wg = dst->src[4], *wu = dst->src[5];  // plain gate and up: the dense fallback's
     const int64_t d = w->ne[0], n = w->ne[1] / 3, T = x->ne[1];
@@ -629,9 +630,9 @@ extern "C" void ggml_compute_forward_sparse_ffn(const ggml_compute_params *param
             const bool pf = ahead && a + ahead < a_end;
             float g[GGML_SPARSE_FFN_MAX_T], u[GGML_SPARSE_FFN_MAX_T];
             if (pf) prefetch_bytes(gate_row(a + ahead), rbytes);
-            row_dots(p, tw, d, gate_row(a), conv, x, g, sizeof(float), T);
+            row_dots(p, d, gate_row(a), conv, x, g, sizeof(float), T);
             if (pf) prefetch_bytes(up_row(a + ahead), rbytes);
-            row_dots(p, tw, d, up_row(a), conv, x, u, sizeof(float), T);
+            row_dots(p, d, up_row(a), conv, x, u, sizeof(float), T);
             if (dense) {
                 for (int64_t t = 0; t < T; t++) hd[t * n + i] = activate(g[t]) * (relu_up ? op_relu(u[t]) : u[t]);
                 continue;

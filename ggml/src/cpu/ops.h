@@ -63,6 +63,15 @@ static inline void ggml_vec_dot_resid(ggml_vec_dot_t dot, int64_t k, float *s, c
 static inline bool ggml_prec_high(const struct ggml_tensor *node) {
     return node->op_params[GGML_MAX_OP_PARAMS - 1] == GGML_PREC_HIGH;
 }
+// What a weight product of type t converts its activations to, and the dot
+// kernel it then calls: at high precision a type with an f32-activation kernel
+// keeps the f32 rows (nothing to convert, no residual); else vec_dot_type.
+static inline enum ggml_type ggml_cpu_act_type(const struct ggml_cpu_type_traits *t, bool high) {
+    return high && t->vec_dot_f32 ? GGML_TYPE_F32 : t->vec_dot_type;
+}
+static inline ggml_vec_dot_t ggml_cpu_act_dot(const struct ggml_cpu_type_traits *t, bool high) {
+    return high && t->vec_dot_f32 ? t->vec_dot_f32 : t->vec_dot;
+}
 
 // The activation functions (elementwise ops and the fused sparse FFN). Each
 // is written so it stays accurate over the whole float range (no

@@ -420,32 +420,35 @@ void vec_dot_bf16(int64_t n, float *s, const void *vx, const void *vy) {
     *s = r;
 }
 
-// F16 / BF16 weights against a row and its residual (GGML_PREC_HIGH): row +
-// residual is exact in f32 (the residual is below half an ulp of the row),
-// so one fma serves both.
+// F16 / BF16 weights against f32 activations (vec_dot_f32, GGML_PREC_HIGH):
+// the rows are exact, no residual to load.
 template <typename L>
-inline float dot_float2(int64_t n, const void *w, int wsize, L load) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+inline float dot_float_f32(int64_t n, const void *w, int wsize, const float *y, L load) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     const int ahead = ggml_prefetch_distance;
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        ggml_prefetch_chunk((const char *)w + i * wsize, 16 * wsize, ahead);
-        a0 = _mm256_fmadd_ps(load(0, i), _mm256_add_ps(load(1, i), load(2, i)), a0);
-        a1 = _mm256_fmadd_ps(load(0, i + 8), _mm256_add_ps(load(1, i + 8), load(2, i + 8)), a1);
+    for (; i + 32 <= n; i += 32) {
+        ggml_prefetch_chunk((const char *)w + i * wsize, 32 * wsize, ahead);
+        a0 = _mm256_fmadd_ps(load(i), _mm256_loadu_ps(y + i), a0);
+        a1 = _mm256_fmadd_ps(load(i + 8), _mm256_loadu_ps(y + i + 8), a1);
+        a2 = _mm256_fmadd_ps(load(i + 16), _mm256_loadu_ps(y + i + 16), a2);
+        a3 = _mm256_fmadd_ps(load(i + 24), _mm256_loadu_ps(y + i + 24), a3);
     }
-    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(load(0, i), _mm256_add_ps(load(1, i), load(2, i)), a0);
-    return hsum(_mm256_add_ps(a0, a1));
+    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(load(i), _mm256_loadu_ps(y + i), a0);
+    return hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
 }
-void dot2_f16(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
-    const ggml_fp16_t *p[3] = {(const ggml_fp16_t *)vx, (const ggml_fp16_t *)vy, (const ggml_fp16_t *)((const char *)vy + vrow)};
-    float r = dot_float2(n, vx, 2, [&](int w, int64_t i) { return load_f16(p[w] + i); });
-    for (int64_t i = n / 8 * 8; i < n; i++) r += fp16(p[0][i]) * (fp16(p[1][i]) + fp16(p[2][i]));
+void vec_dot_f16_f32(int64_t n, float *s, const void *vx, const void *vy) {
+    const ggml_fp16_t *x = (const ggml_fp16_t *)vx;
+    const float *y = (const float *)vy;
+    float r = dot_float_f32(n, vx, 2, y, [&](int64_t i) { return load_f16(x + i); });
+    for (int64_t i = n / 8 * 8; i < n; i++) r += fp16(x[i]) * y[i];
     *s = r;
 }
-void dot2_bf16(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
-    const ggml_bf16_t *p[3] = {(const ggml_bf16_t *)vx, (const ggml_bf16_t *)vy, (const ggml_bf16_t *)((const char *)vy + vrow)};
-    float r = dot_float2(n, vx, 2, [&](int w, int64_t i) { return load_bf16(p[w] + i); });
-    for (int64_t i = n / 8 * 8; i < n; i++) r += bf16(p[0][i]) * (bf16(p[1][i]) + bf16(p[2][i]));
+void vec_dot_bf16_f32(int64_t n, float *s, const void *vx, const void *vy) {
+    const ggml_bf16_t *x = (const ggml_bf16_t *)vx;
+    const float *y = (const float *)vy;
+    float r = dot_float_f32(n, vx, 2, y, [&](int64_t i) { return load_bf16(x + i); });
+    for (int64_t i = n / 8 * 8; i < n; i++) r += bf16(x[i]) * y[i];
     *s = r;
 }
 
@@ -827,8 +830,6 @@ void ggml_cpu_set_dot_resid_avx2(ggml_vec_dot2_t *t) {
     t[GGML_TYPE_Q4_K] = dot_q45_K<false, 2>;
     t[GGML_TYPE_Q5_K] = dot_q45_K<true, 2>;
     t[GGML_TYPE_Q6_K] = dot_q6_K<2>;
-    t[GGML_TYPE_F16] = dot2_f16;
-    t[GGML_TYPE_BF16] = dot2_bf16;
 }
 
 void ggml_cpu_set_kernels_avx2(struct ggml_cpu_type_traits *t) {
@@ -845,6 +846,8 @@ void ggml_cpu_set_kernels_avx2(struct ggml_cpu_type_traits *t) {
     t[GGML_TYPE_F32].vec_dot = vec_dot_f32;
     t[GGML_TYPE_F16].vec_dot = vec_dot_f16;
     t[GGML_TYPE_BF16].vec_dot = vec_dot_bf16;
+    t[GGML_TYPE_F16].vec_dot_f32 = vec_dot_f16_f32;
+    t[GGML_TYPE_BF16].vec_dot_f32 = vec_dot_bf16_f32;
     t[GGML_TYPE_Q8_0].from_float = quantize_row_q8_0;
     t[GGML_TYPE_Q8_1].from_float = quantize_row_q8_1;
     t[GGML_TYPE_Q8_K].from_float = quantize_row_q8_K;

@@ -334,18 +334,16 @@ void vec_dot_q5_K_q8_K(int64_t n, float *s, const void *x, const void *y) { dot_
 void vec_dot_q6_K_q8_K(int64_t n, float *s, const void *x, const void *y) { dot_q6_K<1>(n, s, x, y, 0); }
 
 // Plain float types: 64 elements per iteration in four accumulators, a
-// masked load for the tail. NR activation rows (2: a row and its residual,
-// vrow bytes further on) are summed before the multiply: the residual of an
-// fp16 / bf16 row is below half its unit in the last place, so row +
-// residual is exact in f32 and one fma serves both.
+// masked load for the tail. load(i, m, w) reads 16 elements of the weights
+// (w = 0) or the activations (w = 1), both of the weight type; with F32ACT
+// the activations are f32 rows instead (vec_dot_f32, GGML_PREC_HIGH).
 // w: the weights, wsize bytes an element (prefetched).
-template <int NR, typename Load>
-inline float dot_float(int64_t n, Load load, const void *w, int wsize) {
+template <bool F32ACT, typename Load>
+inline float dot_float(int64_t n, Load load, const void *w, int wsize, const void *vy) {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     auto act = [&](int64_t i, __mmask16 m) {
-        __m512 v = load(i, m, 1);
-        if (NR == 2) v = _mm512_add_ps(v, load(i, m, 2));
-        return v;
+        if (F32ACT) return _mm512_maskz_loadu_ps(m, (const float *)vy + i);
+        return load(i, m, 1);
     };
     const int ahead = ggml_prefetch_distance;
     int64_t i = 0;
@@ -363,26 +361,27 @@ inline float dot_float(int64_t n, Load load, const void *w, int wsize) {
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
-template <int NR>
-void dot_f32(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
-    const float *p[3] = {(const float *)vx, (const float *)vy, (const float *)((const char *)vy + vrow)};
-    *s = dot_float<NR>(n, [&](int64_t i, __mmask16 m, int w) { return _mm512_maskz_loadu_ps(m, p[w] + i); }, vx, 4);
+template <bool F32ACT>
+void dot_f16(int64_t n, float *s, const void *vx, const void *vy) {
+    const ggml_fp16_t *p[2] = {(const ggml_fp16_t *)vx, (const ggml_fp16_t *)vy};
+    *s = dot_float<F32ACT>(n, [&](int64_t i, __mmask16 m, int w) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p[w] + i)); },
+                           vx, 2, vy);
 }
-template <int NR>
-void dot_f16(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
-    const ggml_fp16_t *p[3] = {(const ggml_fp16_t *)vx, (const ggml_fp16_t *)vy, (const ggml_fp16_t *)((const char *)vy + vrow)};
-    *s = dot_float<NR>(n, [&](int64_t i, __mmask16 m, int w) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p[w] + i)); }, vx, 2);
-}
-template <int NR>
-void dot_bf16(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
-    const ggml_bf16_t *p[3] = {(const ggml_bf16_t *)vx, (const ggml_bf16_t *)vy, (const ggml_bf16_t *)((const char *)vy + vrow)};
-    *s = dot_float<NR>(n, [&](int64_t i, __mmask16 m, int w) {
+template <bool F32ACT>
+void dot_bf16(int64_t n, float *s, const void *vx, const void *vy) {
+    const ggml_bf16_t *p[2] = {(const ggml_bf16_t *)vx, (const ggml_bf16_t *)vy};
+    *s = dot_float<F32ACT>(n, [&](int64_t i, __mmask16 m, int w) {
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p[w] + i)), 16));
-    }, vx, 2);
+    }, vx, 2, vy);
 }
-void vec_dot_f32(int64_t n, float *s, const void *x, const void *y) { dot_f32<1>(n, s, x, y, 0); }
-void vec_dot_f16(int64_t n, float *s, const void *x, const void *y) { dot_f16<1>(n, s, x, y, 0); }
-void vec_dot_bf16(int64_t n, float *s, const void *x, const void *y) { dot_bf16<1>(n, s, x, y, 0); }
+void vec_dot_f32(int64_t n, float *s, const void *vx, const void *vy) {
+    const float *x = (const float *)vx;
+    *s = dot_float<true>(n, [&](int64_t i, __mmask16 m, int) { return _mm512_maskz_loadu_ps(m, x + i); }, vx, 4, vy);
+}
+void vec_dot_f16(int64_t n, float *s, const void *x, const void *y) { dot_f16<false>(n, s, x, y); }
+void vec_dot_bf16(int64_t n, float *s, const void *x, const void *y) { dot_bf16<false>(n, s, x, y); }
+void vec_dot_f16_f32(int64_t n, float *s, const void *x, const void *y) { dot_f16<true>(n, s, x, y); }
+void vec_dot_bf16_f32(int64_t n, float *s, const void *x, const void *y) { dot_bf16<true>(n, s, x, y); }
 
 // ---------------------------------------------------------------- q8x
 
@@ -602,8 +601,6 @@ void ggml_cpu_set_dot_resid_avx512(ggml_vec_dot2_t *t) {
     t[GGML_TYPE_Q4_K] = dot_q45_K<false, 2>;
     t[GGML_TYPE_Q5_K] = dot_q45_K<true, 2>;
     t[GGML_TYPE_Q6_K] = dot_q6_K<2>;
-    t[GGML_TYPE_F16] = dot_f16<2>;
-    t[GGML_TYPE_BF16] = dot_bf16<2>;
 }
 
 void ggml_cpu_set_kernels_avx512(struct ggml_cpu_type_traits *t, bool has_bf16) {
@@ -620,4 +617,6 @@ void ggml_cpu_set_kernels_avx512(struct ggml_cpu_type_traits *t, bool has_bf16) 
     // bf16 -> f32 is a shift, exact; vdpbf16ps would round the products
     // differently and the kernel is memory-bound anyway, so has_bf16 is unused.
     t[GGML_TYPE_BF16].vec_dot = vec_dot_bf16;
+    t[GGML_TYPE_F16].vec_dot_f32 = vec_dot_f16_f32;
+    t[GGML_TYPE_BF16].vec_dot_f32 = vec_dot_bf16_f32;
 }
