@@ -143,7 +143,7 @@ struct pinfer_context_params {
 // Precision of the activations that meet quantized weights. HIGH: about 15
 // bits (Q8_0's 8-bit values plus the rounding residual on a 128x finer grid,
 // combined inside the integer dot product; a second converted row for types
-// without that kernel): the logits match a float32 reference of the same
+// without that kernel; F16 / BF16 weights meet the f32 activations): the logits match a float32 reference of the same
 // weights (SmolLM2 Q4_1: top-1 100% vs transformers). FAST: 8 bits, as
 // llama.cpp (top-1 96%), up to ~1.5x faster prompt processing. BENCHMARKS.md.
 #define PINFER_PREC_HIGH 0
