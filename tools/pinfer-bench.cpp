@@ -2,7 +2,7 @@
 // measured in the same run.
 //
 //   pinfer-bench matvec [--types f16,q8_0,q4_0,q4_K,q6_K] [--threads 1,2] [--gib 2] [--reps 5]
-//                       [--precision fast,high] [--cached]
+//                       [--precision fast,high] [--cached] [--cols N]
 //   pinfer-bench model -m FILE [-p 64,512] [-n 64] [-t 2] [-r 3]
 //
 // matvec: y = W x with LLaMA-7B FFN shapes (4096x11008 and 11008x4096),
@@ -12,7 +12,9 @@
 // the q8xh activations where the type has them). Reports the effective GB/s
 // of weight bytes read beside a plain memory-read bandwidth (vector sum over
 // the same buffer, same thread count), the CPU model and the kernel variant
-// (PINFER_CPU=avx2 runs the AVX2 family on an AVX-512 CPU).
+// (PINFER_CPU=avx2 runs the AVX2 family on an AVX-512 CPU). --cols N > 1:
+// the prompt-side product Y = W X with N activation columns instead, reported
+// in GMAC/s (multiply-adds per second; on one thread in process CPU time).
 //
 // model: end to end through the C API (src/pinfer.h). "pp P": one decode of a
 // P-token prompt into an empty KV cache (tok/s = P / time); "tg N": N decodes
@@ -94,7 +96,7 @@ double read_bandwidth(const uint8_t *buf, size_t bytes, int nt, int passes) {
 
 struct matvec_result {
     int n_mat;
-    double gbs, read_gbs;
+    double gbs, read_gbs, gmacs;
 };
 
 // Fill buf with n_mat weight matrices of type t (alternating the two shapes),
@@ -106,7 +108,7 @@ struct matvec_result {
 // of 4096 x R (R: about 1 MiB of weights, resident in L2), so memory plays no
 // part (the read column is then the DRAM read, for scale).
 matvec_result bench_matvec(ggml_type t, uint8_t *buf, size_t bytes, ggml_threadpool *tp, int nt, int reps, bool high,
-                           bool cached) {
+                           bool cached, int64_t N) {
     const int64_t D = 4096;
     const int64_t F = cached ? std::max<int64_t>(64, ((int64_t)1 << 20) / (int64_t)ggml_row_size(t, D) / 64 * 64) : 11008;
     const size_t mat_bytes = ggml_row_size(t, D) * F;  // same for both shapes
@@ -130,12 +132,12 @@ matvec_result bench_matvec(ggml_type t, uint8_t *buf, size_t bytes, ggml_threadp
 
     ggml_init_params wp = {ggml_tensor_overhead() * (size_t)(n_mat + 8), nullptr, true};
     ggml_context *wctx = ggml_init(wp);
-    ggml_init_params ip = {ggml_tensor_overhead() * 4 + sizeof(float) * (size_t)(D + F) + 1024, nullptr, false};
+    ggml_init_params ip = {ggml_tensor_overhead() * 4 + sizeof(float) * (size_t)((D + F) * N) + 1024, nullptr, false};
     ggml_context *ictx = ggml_init(ip);
-    ggml_tensor *xd = ggml_new_tensor_1d(ictx, GGML_TYPE_F32, D);
-    ggml_tensor *xf = ggml_new_tensor_1d(ictx, GGML_TYPE_F32, F);
-    for (int64_t i = 0; i < D; i++) ((float *)xd->data)[i] = nd(rng);
-    for (int64_t i = 0; i < F; i++) ((float *)xf->data)[i] = nd(rng);
+    ggml_tensor *xd = ggml_new_tensor_2d(ictx, GGML_TYPE_F32, D, N);
+    ggml_tensor *xf = ggml_new_tensor_2d(ictx, GGML_TYPE_F32, F, N);
+    for (int64_t i = 0; i < D * N; i++) ((float *)xd->data)[i] = nd(rng);
+    for (int64_t i = 0; i < F * N; i++) ((float *)xf->data)[i] = nd(rng);
 
     const size_t gsize = (size_t)n_mat * 4 + 64;
     ggml_init_params gp = {ggml_tensor_overhead() * (size_t)(n_mat + 8) + ggml_graph_overhead() * 2 + gsize * 64, nullptr, true};
@@ -161,7 +163,7 @@ matvec_result bench_matvec(ggml_type t, uint8_t *buf, size_t bytes, ggml_threadp
     // cached on one thread: CPU time (the kernel's speed while it runs, even
     // when other jobs take the core away from it part of the time)
     auto clock = [&] {
-        if (!(cached && nt == 1)) return now();
+        if (!((cached || N > 1) && nt == 1)) return now();
         timespec ts;
         clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
         return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
@@ -177,7 +179,7 @@ matvec_result bench_matvec(ggml_type t, uint8_t *buf, size_t bytes, ggml_threadp
     ggml_free(gctx);
     ggml_free(ictx);
     ggml_free(wctx);
-    return {n_mat, (double)mat_bytes * n_mat / best / 1e9, rd};
+    return {n_mat, (double)mat_bytes * n_mat / best / 1e9, rd, (double)D * F * N * n_mat / best / 1e9};
 }
 
 int cmd_matvec(int argc, char **argv) {
@@ -186,6 +188,7 @@ int cmd_matvec(int argc, char **argv) {
     std::vector<std::string> precisions = {"fast", "high"};
     bool cached = false;
     double gib = 2.0;
+    int64_t cols = 1;
     int reps = 5;
     for (int i = 0; i < argc; i++) {
         const std::string a = argv[i];
@@ -204,6 +207,7 @@ int cmd_matvec(int argc, char **argv) {
         else if (a == "--reps") reps = atoi(val().c_str());
         else if (a == "--precision") precisions = split(val());
         else if (a == "--cached") cached = true;
+        else if (a == "--cols") cols = atoll(val().c_str());
         else {
             fprintf(stderr, "pinfer-bench matvec: unknown option '%s'\n", a.c_str());
             return 2;
@@ -229,8 +233,8 @@ int cmd_matvec(int argc, char **argv) {
             fprintf(stderr, "pinfer-bench: bad --precision '%s' (fast, high or both: fast,high)\n", p.c_str());
             return 2;
         }
-    if (!(gib > 0.01 && gib < 1024) || reps < 1) {
-        fprintf(stderr, "pinfer-bench: bad --gib or --reps\n");
+    if (!(gib > 0.01 && gib < 1024) || reps < 1 || cols < 1 || cols > 4096) {
+        fprintf(stderr, "pinfer-bench: bad --gib, --reps or --cols\n");
         return 2;
     }
     const size_t bytes = (size_t)(gib * (double)(1ull << 30)) / 4096 * 4096;
@@ -247,15 +251,21 @@ int cmd_matvec(int argc, char **argv) {
     if (cached)
         printf("--cached: 64 mat-vecs over one L2-resident 4096 x R matrix per type (the kernels' compute ceiling; "
                "1 thread: timed in process CPU time)\n");
-    printf("%-8s %-6s %-5s %9s %12s %12s %7s\n", "threads", "type", "prec", "matrices", "weight GB/s", "read GB/s", "ratio");
+    if (cols > 1)
+        printf("--cols %lld: Y = W X with %lld activation columns, GMAC/s (1 thread: in process CPU time)\n", (long long)cols,
+               (long long)cols);
+    printf("%-8s %-6s %-5s %9s %12s %12s %7s%s\n", "threads", "type", "prec", "matrices", "weight GB/s", "read GB/s", "ratio",
+           cols > 1 ? "   GMAC/s" : "");
     for (int nt : threads) {
         ggml_threadpool *tp = ggml_threadpool_new(nt);
         for (ggml_type t : tv)
             for (const auto &prec : precisions) {
-                const matvec_result r = bench_matvec(t, buf, bytes, tp, nt, reps, prec == "high", cached);
+                const matvec_result r = bench_matvec(t, buf, bytes, tp, nt, reps, prec == "high", cached, cols);
                 const double rd = r.read_gbs;
-                printf("%-8d %-6s %-5s %9d %12.2f %12.2f %6.0f%%\n", nt, ggml_type_name(t), prec.c_str(), r.n_mat, r.gbs, rd,
+                printf("%-8d %-6s %-5s %9d %12.2f %12.2f %6.0f%%", nt, ggml_type_name(t), prec.c_str(), r.n_mat, r.gbs, rd,
                        100.0 * r.gbs / rd);
+                if (cols > 1) printf(" %8.1f", r.gmacs);
+                printf("\n");
                 fflush(stdout);
             }
         ggml_threadpool_free(tp);
@@ -383,7 +393,7 @@ int cmd_model(int argc, char **argv) {
 void usage() {
     fprintf(stderr,
             "usage: pinfer-bench matvec [--types f16,q8_0,q4_0,q4_K,q6_K] [--threads 1,2] [--gib 2] [--reps 5]\n"
-            "                           [--precision fast,high] [--cached]   (PINFER_CPU=avx2: the AVX2 kernels)\n"
+            "                           [--precision fast,high] [--cached] [--cols N]   (PINFER_CPU=avx2: the AVX2 kernels)\n"
             "       pinfer-bench model -m FILE [-p 64,512] [-n 64] [-t 2] [-r 3]\n");
 }
 
