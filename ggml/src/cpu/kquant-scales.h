@@ -12,18 +12,22 @@
 
 namespace {
 
-// 16 6-bit scales of q3_K, minus 32, as int16.
+// 16 6-bit scales of q3_K, minus 32, as int16. The 12 bytes are dwords a0 a1
+// a2: scale byte j of dword r (r < 2) is (a_r >> 0) & 0F, of dword r + 2 is
+// (a_r >> 4) & 0F, each with two high bits from a2 (bits 2r' .. 2r' + 1 of each
+// byte for result dword r'). In vector registers: the scalar version's four
+// dword stores and one 16-byte reload stalled store forwarding per superblock.
 inline __m256i q3k_scales16(const uint8_t *p) {
-    uint32_t a[4];
-    memcpy(a, p, 12);
-    const uint32_t k1 = 0x03030303, k2 = 0x0f0f0f0f, t = a[2];
-    a[2] = ((a[0] >> 4) & k2) | (((t >> 4) & k1) << 4);
-    a[3] = ((a[1] >> 4) & k2) | (((t >> 6) & k1) << 4);
-    a[0] = (a[0] & k2) | (((t >> 0) & k1) << 4);
-    a[1] = (a[1] & k2) | (((t >> 2) & k1) << 4);
-    __m128i v;
-    memcpy(&v, a, 16);
-    return _mm256_cvtepi8_epi16(_mm_sub_epi8(v, _mm_set1_epi8(32)));
+    uint32_t a2;
+    memcpy(&a2, p + 8, 4);  // 12 bytes only: the block may end 2 bytes later
+    const __m128i v = _mm_insert_epi32(_mm_loadl_epi64((const __m128i *)p), (int)a2, 2);
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 1, 0)), _mm_setr_epi32(0, 0, 4, 4)),
+                                     _mm_set1_epi8(0x0F));
+    const __m128i hi = _mm_slli_epi32(_mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 2, 2)),
+                                                                   _mm_setr_epi32(0, 2, 4, 6)),
+                                                    _mm_set1_epi8(0x03)),
+                                      4);
+    return _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_or_si128(lo, hi), _mm_set1_epi8(32)));
 }
 
 // The 12 bytes of 6-bit scales and mins of q4_K / q5_K (the 4 bytes after
