@@ -280,7 +280,7 @@ void dot_q45_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow)
             const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn);
             __m512i sumi = _mm512_setzero_si512();
             for (int k = 0; k < 4; k++)
-                sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(u[k], _mm512_loadu_si512(y->qs + 64 * k)), scr[k]));
+                sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(u[k], _mm512_loadu_si512(y->qs + 64 * k)), scr[k]);
             acc = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), acc);
             accm = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xm), _mm256_cvtepi32_ps(mins), accm);
         }
@@ -320,7 +320,7 @@ void dot_q6_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
             const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), sc16);
             __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_zextsi256_si512(off), 5));
             for (int k = 0; k < 4; k++)
-                sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(u[k], _mm512_loadu_si512(y->qs + 64 * k)), scr[k]));
+                sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(u[k], _mm512_loadu_si512(y->qs + 64 * k)), scr[k]);
             acc = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), acc);
         }
     }
