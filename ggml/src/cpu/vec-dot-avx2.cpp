@@ -741,9 +741,16 @@ void dot_q8x_avx2(int64_t k, const void *vx, const void *vy, size_t ys, float *s
             const uint8_t *yc = yg + c * ys;
             for (int h = 0; h < 2; h++) {
                 auto ld = [&](size_t off) { return _mm256_loadu_si256((const __m256i *)(yc + off + 32 * h)); };
-                __m256i p = _mm256_add_epi32(dot4<X::SIGNED>(u[h], au[h], ld(0)), dot4<X::SIGNED>(v[h], av[h], ld(64)));
-                if (H) p = _mm256_add_epi32(_mm256_slli_epi32(p, 7),
-                                            _mm256_add_epi32(dot4<X::SIGNED>(u[h], au[h], ld(128)), dot4<X::SIGNED>(v[h], av[h], ld(192))));
+                // dot(u, y[o0]) + dot(v, y[o1]) in s32 lanes of four. Unsigned quants
+                // (u <= 31): each maddubs pair is at most 2 * 31 * 127, so the two
+                // pair vectors add exactly in s16 before one madd.
+                auto dot8 = [&](size_t o0, size_t o1) {
+                    if (X::SIGNED) return _mm256_add_epi32(dot4<true>(u[h], au[h], ld(o0)), dot4<true>(v[h], av[h], ld(o1)));
+                    return _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(u[h], ld(o0)), _mm256_maddubs_epi16(v[h], ld(o1))),
+                                             _mm256_set1_epi16(1));
+                };
+                __m256i p = dot8(0, 64);
+                if (H) p = _mm256_add_epi32(_mm256_slli_epi32(p, 7), dot8(128, 192));
                 if (OFF) p = _mm256_add_epi32(p, _mm256_slli_epi32(ld(NS), X::S > 0 ? X::S : 0));
                 const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_loadu_ps((const float *)(yc + DY + 32 * h)));
                 acc[c] = _mm256_fmadd_ps(f, dx[h], acc[c]);
