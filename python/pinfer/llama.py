@@ -727,7 +727,7 @@ class Llama:
         if hooks.n_logprobs is not None:
             lp = _log_softmax(self.ctx.logits(-1))
             k = min(hooks.n_logprobs, lp.size)
-            top = np.argsort(-lp, kind="stable")[:k] if k > 0 else []
+            top = np.argsort(-lp, kind="stable")[:k] if k > 0 else np.empty(0, dtype=np.intp)
             hooks.records.append((tok, -1, float(lp[tok]), [(int(t), float(lp[t])) for t in top]))
         return tok
 
@@ -1152,8 +1152,8 @@ class Llama:
         # The template may write the BOS text itself; then the tokenizer must not add another.
         add_bos = not (bos_text and prompt.startswith(bos_text))
         hooks = self._hooks(logits_processor, grammar, stopping_criteria, logit_bias, n_logprobs)
-        prompt = self._chat_tokens(prompt, messages, add_bos)
-        result = self._completion(prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
+        tokens = self._chat_tokens(prompt, messages, add_bos)
+        result = self._completion(tokens, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
                                   min_p=min_p, echo=False, stop=stop, frequency_penalty=frequency_penalty,
                                   presence_penalty=presence_penalty, repeat_penalty=repeat_penalty,
                                   top_k=top_k, stream=stream, seed=seed, repeat_last_n=None, special=True,
@@ -1312,7 +1312,9 @@ class Llama:
                    and used + len(seqs[i + len(group)]) <= n_ctx):
                 used += len(seqs[i + len(group)])
                 group.append(seqs[i + len(group)])
-            T, P, S = [], [], []
+            T: List[int] = []
+            P: List[int] = []
+            S: List[int] = []
             for s, toks in enumerate(group):
                 T += toks
                 P += range(len(toks))
