@@ -59,6 +59,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 
+from .gguf_layout import permute_rope_rows
 from .outfile import atomic_output, check_output
 
 TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
@@ -183,19 +184,6 @@ class _Weights:
 
 
 # ---------------------------------------------------------------- tokenizer
-
-def _bytes_to_unicode() -> Dict[int, str]:
-    """GPT-2's reversible byte -> printable character map (byte-level BPE alphabet)."""
-    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-    cs = bs[:]
-    k = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + k)
-            k += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
-
 
 # Split regexes of known byte-level BPE pre-tokenizers -> tokenizer.ggml.pre
 _LLAMA3_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -438,12 +426,6 @@ def _rope_meta(cfg: dict, n_rot: int, layer_type: Optional[str] = None) -> Tuple
     return meta, tensors
 
 
-def _permute_rope_rows(w: np.ndarray, n_head: int) -> np.ndarray:
-    """HF (rotate halves) -> GGUF llama (rotate adjacent pairs) row order per head."""
-    d = w.shape[0] // n_head
-    return w.reshape(n_head, 2, d // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
 # (gguf name, hf name or None for a tensor made here, producer)
 Plan = List[Tuple[str, Optional[str], Callable[[], np.ndarray]]]
 
@@ -575,8 +557,8 @@ def _llama_like(cfg: dict, fam: _Family, w: _Weights, ffn_act: Optional[str]) ->
         if fam.fused:
             add(b + "attn_qkv.weight", p + "self_attn.qkv_proj.weight")
         elif fam.permute_qk:
-            add(b + "attn_q.weight", p + "self_attn.q_proj.weight", lambda a: _permute_rope_rows(a, n_head))
-            add(b + "attn_k.weight", p + "self_attn.k_proj.weight", lambda a: _permute_rope_rows(a, n_head_kv))
+            add(b + "attn_q.weight", p + "self_attn.q_proj.weight", lambda a: permute_rope_rows(a, n_head))
+            add(b + "attn_k.weight", p + "self_attn.k_proj.weight", lambda a: permute_rope_rows(a, n_head_kv))
         else:
             add(b + "attn_q.weight", p + "self_attn.q_proj.weight")
             add(b + "attn_k.weight", p + "self_attn.k_proj.weight")
