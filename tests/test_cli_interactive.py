@@ -17,7 +17,6 @@ import pytest
 
 import tinymodel
 from conftest import pinfer_cli_path as cli_path
-
 from pinfer import Llama
 
 

@@ -13,17 +13,15 @@ Needs: pip install torch==2.13.0 transformers tokenizers sentencepiece safetenso
 import json
 import os
 
+import gguf
 import numpy as np
 import pytest
-
+import sentencepiece  # noqa: F401
+import tokenizers  # noqa: F401
 import torch
 import transformers  # noqa: F401
-import tokenizers  # noqa: F401
-import sentencepiece  # noqa: F401
-import gguf
 
 import tinymodel
-
 from pinfer import _core  # noqa: E402
 from pinfer import convert as cv  # noqa: E402
 

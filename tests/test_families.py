@@ -20,16 +20,14 @@ Needs: pip install torch transformers tokenizers gguf
 import os
 import sys
 
+import gguf
 import numpy as np
 import pytest
-
 import torch
 import transformers
-import gguf
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tinymodel  # noqa: E402
-
 from pinfer import _core  # noqa: E402
 from pinfer import convert as cv  # noqa: E402
 
@@ -128,7 +126,8 @@ def test_names_and_keys_are_llama_cpps(converted):
     assert names <= allowed, sorted(names - allowed)
     known = set()
     for group in (gguf.Keys.General, gguf.Keys.LLM, gguf.Keys.Attention, gguf.Keys.Rope, gguf.Keys.Tokenizer):
-        known |= {v.replace("{arch}", arch) for k, v in vars(group).items() if isinstance(v, str) and not k.startswith("_")}
+        known |= {v.replace("{arch}", arch) for k, v in vars(group).items()
+                  if isinstance(v, str) and not k.startswith("_")}
     keys = {k for k in fr.fields if not k.startswith(("GGUF.", "pinfer."))}
     assert keys <= known, sorted(keys - known)
 
@@ -328,9 +327,11 @@ def test_calibrate_and_threshold_mode(converted, tmp_path):
 
 # ---------------------------------------------------------------- Gemma's tokenizer
 
-SAMPLE = ["def f(x):\n    return x ** 2  # square\n\tif a != b: print(f'{a}')", "caf\u00e9 na\u00efve \u00fcber \u0441\u043b\u043e\u0432\u043e",
+SAMPLE = ["def f(x):\n    return x ** 2  # square\n\tif a != b: print(f'{a}')",
+          "caf\u00e9 na\u00efve \u00fcber \u0441\u043b\u043e\u0432\u043e",
           "\u4e2d\u6587\u5b57\u7b26 \u65e5\u672c\u8a9e \ud55c\uad6d\uc5b4 \u0645\u0631\u062d\u0628\u0627",
-          "\U0001F600 emoji \U0001F389\U0001F389 \U0001F468\u200d\U0001F469\u200d\U0001F467", "  two  spaces \n\n newline",
+          "\U0001F600 emoji \U0001F389\U0001F389 \U0001F468\u200d\U0001F469\u200d\U0001F467",
+          "  two  spaces \n\n newline",
           "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n", "x<bos>y<eos>", "\u00bd\u00b2 1234567 3.14"]
 
 
@@ -340,6 +341,7 @@ def _write_gemma_spm(d, text):
     import json
 
     import sentencepiece as spm
+
     from test_chat import GEMMA
 
     spm.SentencePieceTrainer.train(

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 import tinymodel
-
 from pinfer import Llama, _core  # noqa: E402
 from pinfer.cli import find_tool  # noqa: E402
 

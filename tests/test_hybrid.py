@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 import tinymodel
-
 from pinfer import _core, extgguf  # noqa: E402
 from pinfer.cli import find_tool  # noqa: E402
 

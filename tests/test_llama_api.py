@@ -9,13 +9,11 @@ import threading
 
 import numpy as np
 import pytest
-
-import tinymodel
-from conftest import greedy_continuation
-
 import torch  # noqa: F401
 import transformers  # noqa: F401
 
+import tinymodel
+from conftest import greedy_continuation
 from pinfer import Llama, _core  # noqa: E402
 
 # the conftest fixtures: model, eos_model, llm
@@ -213,7 +211,7 @@ def test_chat_errors(llm, tmp_path):
     with pytest.raises(ValueError, match="roles must alternate"):
         llm.create_chat_completion(MESSAGES, chat_template=bad)
     # the sandbox refuses attribute access to internals
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError, match="unsafe"):
         llm.apply_chat_template(MESSAGES, chat_template="{{ messages.__class__.__mro__[1].__subclasses__() }}")
     path, _ = tinymodel.tiny_model(str(tmp_path / "notmpl.gguf"), n_embd=16, n_layer=1, n_head=2, n_ff=16,
                                    chat_template=None)
@@ -371,7 +369,7 @@ def test_core_model_lifetime(model):
     m.close()
     assert m.closed
     with pytest.raises(ValueError, match="closed"):
-        m.n_vocab
+        _ = m.n_vocab
     ctx.decode([1, 2, 3])  # the context keeps the model alive
     assert 0 <= smp.sample(ctx) < ctx.n_vocab
     ctx.close()

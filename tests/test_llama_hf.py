@@ -13,15 +13,12 @@ pairs), so a wrong q/k permutation cannot hide behind a matching bug in pinfer.
 Needs: pip install torch==2.13.0 transformers
 """
 
+import gguf
 import numpy as np
 import pytest
-
-import torch
 import transformers  # noqa: F401
-import gguf
 
 import tinymodel
-
 from pinfer import _core  # noqa: E402
 
 RTOL = 1e-4

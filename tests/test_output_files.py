@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import tinymodel
-
 from pinfer import _core, outfile  # noqa: E402
-from pinfer.cli import find_tool, main as cli_main  # noqa: E402
+from pinfer.cli import find_tool  # noqa: E402
+from pinfer.cli import main as cli_main
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
@@ -105,7 +105,7 @@ def test_convert_refuses_special_targets(hf_dir, tmp_path, kind, capsys):
 
 def test_gguf_writer_refuses_special_targets(tmp_path):
     """The C writer itself (every GGUF writer in the package goes through it)."""
-    for kind, (path, word) in special_targets(tmp_path).items():
+    for path, word in special_targets(tmp_path).values():
         st = os.lstat(path)
         w = _core.GGUFWriter()
         w.add("general.architecture", "llama", _core.GGUF_TYPE_STRING)

@@ -9,7 +9,6 @@ import pytest
 from pinfer import _core
 from pinfer.cli import find_tool
 from pinfer.perplexity import perplexity, windows
-
 from tinymodel import tiny_model
 
 TEXT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, "

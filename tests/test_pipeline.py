@@ -9,12 +9,10 @@ import os
 
 import numpy as np
 import pytest
-
-import tinymodel
-
 import torch  # noqa: E402  (the offline tools need torch: test extra)
 from transformers import AutoTokenizer  # noqa: E402
 
+import tinymodel
 from pinfer import _core, cli, extgguf, predictors, profile  # noqa: E402
 
 torch.set_num_threads(1)  # tiny matrices: threads only add contention on a shared CI machine

@@ -9,14 +9,12 @@ import os
 import re
 import subprocess
 
+import gguf  # noqa: E402
 import numpy as np
 import pytest
+import torch  # noqa: E402  (the offline tools need torch: test extra)
 
 import tinymodel
-
-import torch  # noqa: E402  (the offline tools need torch: test extra)
-import gguf  # noqa: E402
-
 from pinfer import _core, cli, extgguf, solve  # noqa: E402
 
 torch.set_num_threads(1)

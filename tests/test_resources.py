@@ -11,7 +11,6 @@ import time
 import pytest
 
 import tinymodel
-
 from pinfer import Llama, chat_template  # noqa: E402
 from pinfer.cli import find_tool  # noqa: E402
 
@@ -113,7 +112,8 @@ MSG = [{"role": "user", "content": "hi"}]
     ("{{ ['x'] * 10**10 }}", "output limit"),
     ("{{ 10 ** 100000000 }}", "exponent"),
     # `~` is not a binop the sandbox sees: the memory bound stops it, or on a loaded machine the time bound first
-    ("{% set ns = namespace(s='xx') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}",
+    ("{% set ns = namespace(s='xx') %}{% for i in range(60) %}"
+     "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}",
      "MiB|longer than"),
     ("{% for i in range(100000) %}{{ 'y' * 1000 }}{% endfor %}", "exceeds"),
     ("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",

@@ -8,7 +8,6 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tinymodel  # noqa: E402
-
 from pinfer import Llama, _core  # noqa: E402
 
 
@@ -215,7 +214,8 @@ def test_llama_passes_typical_and_mirostat(llm):
     toks = list(zip(range(4), llm.generate(llm.tokenize(b"hi"), temp=1.0, typical_p=0.5, seed=2)))
     assert len(toks) == 4
     msgs = [{"role": "user", "content": "hi"}]
-    llm.create_chat_completion(msgs, max_tokens=3, mirostat_mode=1, mirostat_eta=0.2, seed=1, chat_template="{{ messages[0]['content'] }}")
+    llm.create_chat_completion(msgs, max_tokens=3, mirostat_mode=1, mirostat_eta=0.2, seed=1,
+                               chat_template="{{ messages[0]['content'] }}")
     with pytest.raises(ValueError, match="mirostat_mode"):
         llm("x", max_tokens=1, mirostat_mode=3)
     with pytest.raises(TypeError, match="typical_p"):

@@ -13,12 +13,10 @@ import subprocess
 
 import numpy as np
 import pytest
-
 import torch
 import transformers  # noqa: F401,E402
 
 import tinymodel
-
 from pinfer import _core, calibrate, extgguf  # noqa: E402
 from pinfer import convert as cv  # noqa: E402
 
@@ -417,7 +415,8 @@ def test_predictor_mode_reads_a_gate_up_bundle(models):
     c = ctx(m, "predictor")
     moved, _ = m.ffn_page_bytes()
     r = _core.GGUFReader(pp)
-    size = lambda k: sum(t.nbytes for t in r.tensors if t.name.split(".")[-2] == k)
+    def size(k):
+        return sum(t.nbytes for t in r.tensors if t.name.split(".")[-2] == k)
     # down and the predictors, plus gate and up once (as the bundle)
     need = size("ffn_gate") + size("ffn_up") + size("ffn_down") + size("fc1") + size("fc2")
     assert need <= moved < need + 2 * 4 * 2 ** 20 + 64 * len(r.tensors)
@@ -437,7 +436,8 @@ def test_predictor_mode_fused_bundle_with_down_t(models):
     m = _core.Model(pp)
     c = ctx(m, "predictor", stats=True)
     r = _core.GGUFReader(pp)
-    size = lambda k: sum(t.nbytes for t in r.tensors if t.name.split(".")[-2] == k)
+    def size(k):
+        return sum(t.nbytes for t in r.tensors if t.name.split(".")[-2] == k)
     need = size("ffn_gate") + size("ffn_up") + size("ffn_down_t") + size("ffn_down") + size("fc1") + size("fc2")
     moved, _ = m.ffn_page_bytes()
     assert need <= moved < need + 2 * 4 * 2 ** 20 + 64 * len(r.tensors)  # down_t only once: in the bundle
@@ -470,7 +470,8 @@ def test_precision_high_reaches_the_fused_ffn(models):
             tensors[t.name] = extgguf.encode(extgguf.to_f32(t), q8)
         elif kind == "ffn_down":
             w = extgguf.to_f32(t)
-            pm = np.where(w >= 0, 1.0, -1.0).astype(np.float32) * np.float32(np.sqrt(np.mean(w.astype(np.float64) ** 2)))
+            rms = np.float32(np.sqrt(np.mean(w.astype(np.float64) ** 2)))
+            pm = np.where(w >= 0, 1.0, -1.0).astype(np.float32) * rms
             tensors[t.name] = extgguf.encode(pm, q8)
             tensors[t.name.replace("ffn_down", "ffn_down_t")] = extgguf.encode(np.ascontiguousarray(pm.T), q8)
     qp = extgguf.rewrite(path, str(d / "relu_dt_q8.gguf"), tensors)
