@@ -365,13 +365,13 @@ def test_unsupported_arguments(llm):
 def test_core_model_lifetime(model):
     m = _core.Model(model)
     ctx = _core.Context(m, 32, 32, 1)
-    smp = _core.LlamaSampler(m, temperature=0)
+    smp = _core.Sampler(temperature=0, n_vocab=m.n_vocab)
     m.close()
     assert m.closed
     with pytest.raises(ValueError, match="closed"):
         _ = m.n_vocab
     ctx.decode([1, 2, 3])  # the context keeps the model alive
-    assert 0 <= smp.sample(ctx) < ctx.n_vocab
+    assert 0 <= smp.sample(ctx.logits()) < ctx.n_vocab
     ctx.close()
     with pytest.raises(ValueError, match="closed"):
         ctx.decode([1])
@@ -415,18 +415,18 @@ def test_core_sampler(model):
     ctx = _core.Context(m, 32, 32, 1)
     ctx.decode([5, 6, 7])
     logits = np.array(ctx.logits())
-    g = _core.LlamaSampler(m, temperature=0)
-    assert g.sample(ctx) == g.sample(logits) == int(np.argmax(logits))
+    g = _core.Sampler(temperature=0, n_vocab=m.n_vocab)
+    assert g.sample(ctx.logits()) == g.sample(logits) == int(np.argmax(logits))
     with pytest.raises(ValueError):
         g.sample(logits[:-1])
     draws = []
     for _ in range(2):
-        s = _core.LlamaSampler(m, temperature=2.0, top_k=0, top_p=1.0, min_p=0.0, seed=5)
+        s = _core.Sampler(temperature=2.0, top_k=0, top_p=1.0, min_p=0.0, seed=5, n_vocab=m.n_vocab)
         draws.append([s.sample(logits) for _ in range(30)])
     assert draws[0] == draws[1] and len(set(draws[0])) > 1
     # a repeat penalty steers away from accepted tokens
     top = int(np.argmax(logits))
-    p = _core.LlamaSampler(m, temperature=0, repeat_penalty=1e6, repeat_last_n=8)
+    p = _core.Sampler(temperature=0, repeat_penalty=1e6, repeat_last_n=8, n_vocab=m.n_vocab)
     p.accept(top)
     assert p.sample(logits) != top
     p.reset()

@@ -662,7 +662,7 @@ class Llama:
                       repeat_penalty: float, repeat_last_n: Optional[int], frequency_penalty: float,
                       presence_penalty: float, seed: Optional[int], typical_p: float = 1.0,
                       mirostat_mode: int = 0, mirostat_tau: float = 5.0,
-                      mirostat_eta: float = 0.1) -> "_core.LlamaSampler":
+                      mirostat_eta: float = 0.1) -> "_core.Sampler":
         temperature, top_p, min_p = (A.as_float(n, v) for n, v in
                                      (("temperature", temperature), ("top_p", top_p), ("min_p", min_p)))
         typical_p, mirostat_tau, mirostat_eta = (
@@ -686,10 +686,11 @@ class Llama:
             seed = random.getrandbits(31)
         if repeat_last_n < 0:  # -1: the whole context, as in llama.cpp
             repeat_last_n = self.ctx.n_ctx
-        return _core.LlamaSampler(self.model, float(temperature), int(top_k), float(top_p), float(min_p),
-                                  float(repeat_penalty), int(repeat_last_n), float(frequency_penalty),
-                                  float(presence_penalty), int(seed), float(typical_p), int(mirostat_mode),
-                                  float(mirostat_tau), float(mirostat_eta))
+        return _core.Sampler(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                             repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
+                             frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, seed=seed,
+                             typical_p=typical_p, mirostat=mirostat_mode, mirostat_tau=mirostat_tau,
+                             mirostat_eta=mirostat_eta, n_vocab=self.n_vocab())
 
     def _hooks(self, logits_processor: Any = None, grammar: Optional[LlamaGrammar] = None,
                stopping_criteria: Any = None, logit_bias: Any = None,
@@ -705,7 +706,7 @@ class Llama:
             mask = GrammarMask(grammar, self.n_vocab(), self._lltok)
         return _Hooks(procs, mask, as_processors("stopping_criteria", stopping_criteria), n_logprobs)
 
-    def _pick(self, sampler: "_core.LlamaSampler", hooks: _Hooks) -> int:
+    def _pick(self, sampler: "_core.Sampler", hooks: _Hooks) -> int:
         """Sample the next token from the last logits through the hooks; the grammar
         advances and the token's logprobs are recorded (byte start set by the caller)."""
         if hooks.edits_logits:
@@ -774,7 +775,7 @@ class Llama:
     # ---- completion ----
 
     def _completion_stream(self, prompt_tokens: List[int], max_tokens: Optional[int], stop: List[bytes],
-                           sampler: "_core.LlamaSampler", hooks: _Hooks,
+                           sampler: "_core.Sampler", hooks: _Hooks,
                            state: Dict[str, Any]) -> Iterator[Tuple[str, int]]:
         """Yield (text, end byte) of the completion as it becomes final; sets
         state['finish_reason'], state['completion_tokens'] and state['bytes'] (the
