@@ -15,18 +15,14 @@ import numpy as np
 import pytest
 
 import tinymodel
+from conftest import TINY_1L
 from pinfer import _core, outfile  # noqa: E402
 from pinfer.cli import find_tool  # noqa: E402
 from pinfer.cli import main as cli_main
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    p, _ = tinymodel.tiny_model(str(tmp_path_factory.mktemp("out") / "m.gguf"), n_embd=32, n_layer=1, n_head=2,
-                                n_ff=64)
-    return p
+# the conftest fixture model: a one-layer tiny llama
+MODEL_SEED, MODEL_SHAPE = 0, TINY_1L
 
 
 @pytest.fixture(scope="module")

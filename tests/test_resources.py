@@ -11,15 +11,12 @@ import time
 import pytest
 
 import tinymodel
+from conftest import TINY_1L
 from pinfer import Llama, chat_template  # noqa: E402
 from pinfer.cli import find_tool  # noqa: E402
 
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    p, _ = tinymodel.tiny_model(str(tmp_path_factory.mktemp("res") / "m.gguf"), n_embd=32, n_layer=1, n_head=2,
-                                n_ff=64)
-    return p
+# the conftest fixture model: a one-layer tiny llama
+MODEL_SEED, MODEL_SHAPE = 0, TINY_1L
 
 
 @pytest.fixture(scope="module")
