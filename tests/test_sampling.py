@@ -241,6 +241,16 @@ def test_bad_arguments():
         _core.Sampler(min_p=1.5)
     with pytest.raises(ValueError, match="seed"):
         _core.Sampler(seed=2**40)
+    with pytest.raises(ValueError, match="seed"):
+        _core.Sampler(seed=-2)  # one rule: 0 .. 2**32 - 1, or -1 for random
+    with pytest.raises(ValueError, match="n_vocab"):
+        _core.Sampler(n_vocab=-1)
+    with pytest.raises(ValueError, match="vocabulary 4"):
+        _core.Sampler(n_vocab=4).sample(np.zeros(5, dtype=np.float32))
+    with pytest.raises(ValueError, match="out of range"):
+        _core.Sampler(n_vocab=4).accept(4)
+    with pytest.raises(ValueError, match="out of range"):
+        _core.Sampler().accept(-1)
     with pytest.raises(ValueError, match="empty vocabulary"):
         _core.Sampler().sample(np.zeros(0, dtype=np.float32))
     with pytest.raises(TypeError):
