@@ -43,7 +43,7 @@ def main():
     out.write('#include "unicode.h"\n\nnamespace pinfer {\n\n')
     out.write("// Each entry starts a run of code points sharing the same category flags;\n"
               "// the run lasts until the next entry's first code point.\n")
-    out.write(f"const unicode_run unicode_runs[] = {{\n")
+    out.write("const unicode_run unicode_runs[] = {\n")
     for i in range(0, len(runs), 6):
         out.write("    " + " ".join(f"{{0x{cp:06X}, 0x{f:02X}}}," for cp, f in runs[i:i + 6]) + "\n")
     out.write("};\n")

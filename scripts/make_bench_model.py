@@ -78,6 +78,7 @@ def import_pinfer():
 
 import_pinfer()
 from pinfer import _core, extgguf, keys  # noqa: E402
+from pinfer.gguf_layout import bytes_to_unicode  # noqa: E402
 
 D, N_FF, N_HEAD, HEAD_DIM = 4096, 11008, 32, 128
 ROPE_THETA, RMS_EPS = 10000.0, 1e-5
@@ -89,19 +90,6 @@ def log(msg: str) -> None:
 
 
 # ------------------------------------------------------------------ vocabulary
-
-
-def bytes_to_unicode():
-    """GPT-2's reversible byte -> printable character map."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    k = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + k)
-            k += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
 
 
 MERGES = ["Ġ t", "h e", "i n", "Ġ a", "e r", "o n", "r e", "Ġt he", "a n", "Ġ s", "o u", "Ġ w", "e n", "in g"]
@@ -208,7 +196,8 @@ class Quant:
 def main(argv=None) -> int:
     global D, N_FF, N_HEAD, HEAD_DIM  # the shapes every helper above uses
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=None, help="output stem (default ~/.cache/pinfer-bench/llama7b-L{layers}-{type}-s{pct})")
+    ap.add_argument("--out", default=None,
+                    help="output stem (default ~/.cache/pinfer-bench/llama7b-L{layers}-{type}-s{pct})")
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--dim", type=int, default=D, help="hidden size (LLaMA-7B: 4096; smaller for tests)")
     ap.add_argument("--ff", type=int, default=N_FF, help="FFN size (LLaMA-7B: 11008)")
@@ -216,16 +205,21 @@ def main(argv=None) -> int:
     ap.add_argument("--vocab", type=int, default=49152)
     ap.add_argument("--type", default="q4_0", choices=["q4_0", "q8_0", "f16"], help="type of the 2-D weights")
     ap.add_argument("--sparsity", type=float, default=0.9, help="target FFN activation sparsity (fraction of zeros)")
-    ap.add_argument("--skew", type=float, default=1.0, help="power-law exponent of the per-neuron frequencies (0: uniform)")
+    ap.add_argument("--skew", type=float, default=1.0,
+                    help="power-law exponent of the per-neuron frequencies (0: uniform)")
     ap.add_argument("--f-max", type=float, default=0.99, help="highest per-neuron activation frequency")
     ap.add_argument("--order", default="hot-first", choices=["hot-first", "random"],
                     help="neuron order in the file: hottest first (what `pinfer` pipelines write) or shuffled")
     ap.add_argument("--rank", type=int, default=16, help="r: token-dependent rank of the gate (predictor rank 2r+1)")
-    ap.add_argument("--noise", type=float, default=0.1, help="full-rank gate part, as a std relative to the low-rank part")
-    ap.add_argument("--embd-u", type=float, default=0.4, help="cosine of every token embedding with the common direction")
-    ap.add_argument("--resid-scale", type=float, default=0.3, help="RMS of each block's output relative to the residual's")
+    ap.add_argument("--noise", type=float, default=0.1,
+                    help="full-rank gate part, as a std relative to the low-rank part")
+    ap.add_argument("--embd-u", type=float, default=0.4,
+                    help="cosine of every token embedding with the common direction")
+    ap.add_argument("--resid-scale", type=float, default=0.3,
+                    help="RMS of each block's output relative to the residual's")
     ap.add_argument("--cal", type=int, nargs=2, default=[32, 64], metavar=("SEQS", "LEN"),
-                    help="calibration batch (8 x 64 left deep layers of a 32-layer file ~5 points less sparse than the target)")
+                    help="calibration batch (8 x 64 left deep layers of a 32-layer file "
+                    "~5 points less sparse than the target)")
     ap.add_argument("--heldout", type=int, nargs=2, default=[4, 64], metavar=("SEQS", "LEN"), help="measurement batch")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-ext", action="store_true", help="write the plain file only")
@@ -252,7 +246,8 @@ def main(argv=None) -> int:
     w = _core.GGUFWriter()
     T = _core
     w.add("general.architecture", "llama", T.GGUF_TYPE_STRING)
-    w.add("general.name", f"pinfer-bench {D}x{N_FF} L{args.layers} {args.type} sparsity {args.sparsity}", T.GGUF_TYPE_STRING)
+    w.add("general.name",
+          f"pinfer-bench {D}x{N_FF} L{args.layers} {args.type} sparsity {args.sparsity}", T.GGUF_TYPE_STRING)
     ftype = {"q4_0": 2, "q8_0": 7, "f16": 1}[args.type]
     w.add("general.file_type", ftype, T.GGUF_TYPE_UINT32)
     for k, v in (("context_length", N_CTX), ("embedding_length", D), ("block_count", args.layers),
@@ -419,7 +414,8 @@ def main(argv=None) -> int:
     del out_w
     put("output.weight", q_out, (nv, D))
     w.write(plain)
-    del w, q_out, q_emb
+    w = None  # frees the writer's copies of the tensors
+    del q_out, q_emb
     log(f"wrote {plain} ({os.path.getsize(plain) / 2**30:.2f} GiB, {time.time() - t0:.0f} s)")
 
     if not args.no_ext:

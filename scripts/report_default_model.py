@@ -73,7 +73,7 @@ def measure(hf_dir: str, text: str, ctx: int, max_tokens: int = 0):
         cnt = np.sort(active[li])[::-1]
         total = int(cnt.sum())
         cum = np.cumsum(cnt)
-        def share(f):
+        def share(f, cum=cum, total=total):
             return (int(np.searchsorted(cum, f * total)) + 1) / n_ff if total else 0.0
         layers.append({
             "layer": li,
@@ -179,7 +179,7 @@ def markdown(rep: dict, train: dict, png_name: str) -> str:
         "",
         "| | |",
         "|---|---|",
-        f"| architecture | `LlamaForCausalLM`, `hidden_act=\"relu\"` (ReGLU FFN) |",
+        "| architecture | `LlamaForCausalLM`, `hidden_act=\"relu\"` (ReGLU FFN) |",
         f"| parameters | {rep['params'] / 1e6:.2f}M (embeddings tied with the output head) |",
         f"| layers / d_model / n_ff | {c['num_hidden_layers']} / {c['hidden_size']} / {c['intermediate_size']} |",
         f"| heads (q / kv) | {c['num_attention_heads']} / {c['num_key_value_heads']} |",
@@ -191,23 +191,26 @@ def markdown(rep: dict, train: dict, png_name: str) -> str:
         "",
         "| | |",
         "|---|---|",
-        f"| data | the six novels (`pinfer.datasets.austen_books()`), hard-wrapped lines joined into "
-        f"paragraphs, one per line; each novel wrapped in `<s>` … `</s>` |",
+        "| data | the six novels (`pinfer.datasets.austen_books()`), hard-wrapped lines joined into "
+        "paragraphs, one per line; each novel wrapped in `<s>` … `</s>` |",
         f"| held-out | {a['heldout'].replace(':', ' chapter ')} (the whole chapter, removed from the training "
         f"text and from the tokenizer's training text): {rep['heldout_tokens']:,} tokens |",
         f"| training tokens | {train['train_tokens']:,} per epoch; {last['tokens']:,} seen "
         f"({last['tokens'] / train['train_tokens']:.2f} epochs) in {last['step']:,} steps |",
         f"| batch | {a['batch']} × {a['ctx']} tokens, random windows of the token stream |",
         f"| optimizer | AdamW (β 0.9/0.95, wd {a['wd']} on matrices), clip {a['clip']}, "
-        f"peak LR {a['lr']:g} → {a['min_lr']:g}, warm-up {100 * a['warmup']:.0f}% then cosine over the wall-clock budget |",
+        f"peak LR {a['lr']:g} → {a['min_lr']:g}, warm-up {100 * a['warmup']:.0f}% "
+        "then cosine over the wall-clock budget |",
         f"| compute | {a['minutes']:g} min on 2 shared CPU cores (`torch.set_num_threads({a['threads']})`), "
         f"bf16 autocast: {'yes' if train['bf16'] else 'no'} |",
         "",
         "Commands (every other option at the default shown in the tables above):",
         "",
         "```",
-        f"python scripts/train_default_model.py --out {train.get('out_dir', '/work/embed-out/run')} --minutes {a['minutes']:g}",
-        f"python scripts/report_default_model.py --out {train.get('out_dir', '/work/embed-out/run')} --report docs/default-model",
+        f"python scripts/train_default_model.py --out {train.get('out_dir', '/work/embed-out/run')} "
+        f"--minutes {a['minutes']:g}",
+        f"python scripts/report_default_model.py --out {train.get('out_dir', '/work/embed-out/run')} "
+        "--report docs/default-model",
         "```",
         "",
         "## Results (held-out chapter, fp32 torch)",
@@ -216,7 +219,8 @@ def markdown(rep: dict, train: dict, png_name: str) -> str:
         f"non-overlapping {a['ctx']}-token windows"
         + (f"; {rep['heldout_bits_per_char']:.3f} bits/char)" if rep.get("heldout_bits_per_char") else ")"),
         f"- mean FFN sparsity **{100 * mean_sp:.1f}%**: on average only "
-        f"{sum(l['mean_active_neurons'] for l in L) / len(L):.0f} of {c['intermediate_size']} neurons per layer fire per token",
+        f"{sum(l['mean_active_neurons'] for l in L) / len(L):.0f} "
+             f"of {c['intermediate_size']} neurons per layer fire per token",
         "",
         "| layer | sparsity (relu(gate) = 0) | active neurons / token | neurons for 50% of activations | "
         "neurons for 80% | neurons for 90% | never active |",
@@ -238,7 +242,8 @@ def markdown(rep: dict, train: dict, png_name: str) -> str:
         "|---:|---:|---:|---:|",
     ]
     for x in ho:
-        lines.append(f"| {x['minutes']:.1f} | {x['tokens']:,} | {x['heldout_loss']:.3f} | {math.exp(x['heldout_loss']):.1f} |")
+        lines.append(f"| {x['minutes']:.1f} | {x['tokens']:,} | "
+                     f"{x['heldout_loss']:.3f} | {math.exp(x['heldout_loss']):.1f} |")
     lines += [
         "",
         f"![training curve, sparsity and concentration]({png_name})",

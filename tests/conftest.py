@@ -10,6 +10,7 @@ cached: ``pytest -m "not network"`` runs offline), ``slow``, ``gpu`` (needs a CU
 device). A test that uses the ``austen_text`` or ``smollm2_gguf`` fixture is marked
 ``network`` by that alone. A module that sets MODEL_SEED (EOS_SEED, LLM_SEED) gets the
 ``model`` (``eos_model``, ``llm``) fixture of the suite's standard tiny llama.
+Reference helpers: greedy_continuation, rel_err, random_prompt, PRIDE_OPENING.
 """
 import glob
 import importlib.util
@@ -60,6 +61,7 @@ def pytest_collection_modifyitems(config, items):
 # ---------------------------------------------------------------- tiny models
 
 TINY = dict(n_embd=32, n_layer=2, n_head=4, n_head_kv=2, n_ff=64)  # the suite's standard tiny llama
+TINY_1L = dict(n_layer=1, n_head=2)  # overrides of TINY: a one-layer variant (MODEL_SHAPE = TINY_1L)
 TINY_EOS = dict(n_embd=32, n_layer=1, n_head=2, n_ff=32, eos_always=10.0)  # every next token ends generation
 
 
@@ -101,8 +103,9 @@ def _module_seed(request, name: str) -> int:
 
 @pytest.fixture(scope="module")
 def model(request, tiny_gguf):
-    """The test module's tiny llama: tiny_gguf(MODEL_SEED), MODEL_SEED set in the module."""
-    return tiny_gguf(_module_seed(request, "MODEL_SEED"))
+    """The test module's tiny llama: tiny_gguf(MODEL_SEED, **MODEL_SHAPE), MODEL_SEED (and
+    optionally MODEL_SHAPE, overrides of TINY) set in the module."""
+    return tiny_gguf(_module_seed(request, "MODEL_SEED"), **getattr(request.module, "MODEL_SHAPE", {}))
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +141,31 @@ def greedy_continuation(path, prompt_tokens, n, n_ctx=128, precision="high"):
             break
         ctx.decode([t])
     return m, out
+
+
+# ---------------------------------------------------------------- references
+
+# The novel's first paragraph: the text the perplexity, profiling and placement tests repeat.
+PRIDE_OPENING = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, "
+                 "must be in want of a wife. However little known the feelings or views of such a man may be "
+                 "on his first entering a neighbourhood, this truth is so well fixed in the minds of the "
+                 "surrounding families, that he is considered the rightful property of some one or other of "
+                 "their daughters. ")
+
+
+def rel_err(ours, ref) -> float:
+    """max |ours - ref| / max |ref| in float64."""
+    ours, ref = np.asarray(ours, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+    return float(np.max(np.abs(ours - ref)) / np.max(np.abs(ref)))
+
+
+def random_prompt(n, n_vocab=None, seed=0):
+    """n token ids drawn uniformly from [0, n_vocab) (default: tinymodel's vocabulary)."""
+    if n_vocab is None:
+        import tinymodel
+
+        n_vocab = tinymodel.vocab_size()
+    return np.random.default_rng(seed).integers(0, n_vocab, size=n).tolist()
 
 
 # ---------------------------------------------------------------- the CLI

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from pinfer import _core
-
 from tinymodel import tiny_model
 
 
@@ -60,7 +59,8 @@ class Mixed:
 
 def test_mixed_batches_match_each_sequence_alone(tiny):
     rng = np.random.default_rng(0)
-    r = lambda n: [int(t) for t in rng.integers(0, tiny.n_vocab - 3, n)]
+    def r(n):
+        return [int(t) for t in rng.integers(0, tiny.n_vocab - 3, n)]
     m = Mixed(tiny)
     # prompts of different lengths in one batch, interleaved with nothing else
     m.check(tiny, m.step([(0, r(5)), (1, r(3)), (2, r(7))]))
@@ -110,7 +110,8 @@ def test_sparse_exact_batch_matches_alone():
     from pinfer.llama import default_model_path
     model = _core.Model(default_model_path())
     rng = np.random.default_rng(2)
-    r = lambda n: [int(t) for t in rng.integers(0, model.n_vocab, n)]
+    def r(n):
+        return [int(t) for t in rng.integers(0, model.n_vocab, n)]
     m = Mixed(model, sparse="exact")
     m.check(model, m.step([(0, r(6)), (1, r(4))]), sparse="exact")
     m.check(model, m.step([(0, r(1)), (1, r(1))]), sparse="exact")

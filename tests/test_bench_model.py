@@ -21,7 +21,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _load_script():
-    spec = importlib.util.spec_from_file_location("make_bench_model", os.path.join(ROOT, "scripts", "make_bench_model.py"))
+    spec = importlib.util.spec_from_file_location("make_bench_model",
+                                                  os.path.join(ROOT, "scripts", "make_bench_model.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

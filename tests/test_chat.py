@@ -7,14 +7,11 @@ import functools
 import importlib.util
 import os
 
-import pytest
-
-from pinfer import _core
-
 import jinja2
-
-from pinfer import datasets
+import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: E402
+
+from pinfer import _core, datasets
 
 
 def _raise(msg):
@@ -160,14 +157,15 @@ def _cases():
     # Left out, by construction rather than by skipping: system messages for templates
     # that reject them (see test_system_merged_into_first_user_turn), and the empty
     # conversation for templates that index messages[0] (jinja fails on those).
-    for name, template, family, bos, eos, system_ok in TEMPLATES:
+    for name, template, _family, bos, eos, system_ok in TEMPLATES:
         for ci, msgs in enumerate(CONVERSATIONS):
             if not system_ok and msgs and msgs[0]["role"] == "system":
                 continue
             if not msgs and "messages[0]" in template:
                 continue
             for add_gen in (True, False):
-                yield pytest.param(template, msgs, add_gen, bos, eos, id=f"{name}-conv{ci}-{'gen' if add_gen else 'nogen'}")
+                yield pytest.param(template, msgs, add_gen, bos, eos,
+                                   id=f"{name}-conv{ci}-{'gen' if add_gen else 'nogen'}")
 
 
 @pytest.mark.parametrize("template,msgs,add_gen,bos,eos", list(_cases()))

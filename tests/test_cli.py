@@ -8,14 +8,12 @@ import os
 import re
 
 import pytest
+import torch  # noqa: F401
+import transformers  # noqa: F401
 
 from conftest import greedy_continuation
 from conftest import run_pinfer_cli as run  # noqa: F401  (test_cli_flags imports it from here)
-
 from pinfer import _core  # noqa: E402
-
-import torch  # noqa: F401
-import transformers  # noqa: F401
 
 # the conftest fixtures: model, eos_model
 MODEL_SEED = 7

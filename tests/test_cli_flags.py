@@ -6,9 +6,8 @@ import re
 
 import numpy as np
 
-from test_cli import ROOT, run  # noqa: E402
-
 from pinfer import _core  # noqa: E402
+from test_cli import ROOT, run  # noqa: E402
 
 # the conftest fixtures: model, eos_model
 MODEL_SEED = 9

@@ -17,7 +17,6 @@ import pytest
 
 import tinymodel
 from conftest import pinfer_cli_path as cli_path
-
 from pinfer import Llama
 
 
@@ -173,37 +172,34 @@ def read_some(stream, timeout):
     return os.read(stream.fileno(), 4096) if ready else b""
 
 
+def read_until(stream, done, timeout, got=b""):
+    """got plus what stream gives until done(all of it) or timeout seconds pass."""
+    deadline = time.time() + timeout
+    while not done(got) and time.time() < deadline:
+        got += read_some(stream, 1)
+    return got
+
+
 def test_ctrl_c_stops_the_reply_then_exits(default):
     p = subprocess.Popen([cli_path(), "-t", "2", "-c", "2048", "--ignore-eos", "--temp", "0"],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env())
     try:
         p.stdin.write(b"Tell me a long story\n")
         p.stdin.flush()
-        got = b""
-        deadline = time.time() + 60
-        while len(got) < 20 and time.time() < deadline:
-            got += read_some(p.stdout, 1)
+        got = read_until(p.stdout, lambda b: len(b) >= 20, 60)
         assert len(got) >= 20  # the reply is streaming
         p.send_signal(signal.SIGINT)
-        err = b""
-        deadline = time.time() + 30
-        while b"reply stopped" not in err and time.time() < deadline:
-            err += read_some(p.stderr, 1)
+        err = read_until(p.stderr, lambda b: b"reply stopped" in b, 30)
         assert b"reply stopped" in err and p.poll() is None  # back at the prompt, still running
         time.sleep(0.3)
         while read_some(p.stdout, 0.2):
             pass
         p.stdin.write(b"Hi\n")
         p.stdin.flush()
-        more = b""
-        deadline = time.time() + 60
-        while len(more) < 10 and time.time() < deadline:
-            more += read_some(p.stdout, 1)
+        more = read_until(p.stdout, lambda b: len(b) >= 10, 60)
         assert len(more) >= 10  # the next turn is answered
         p.send_signal(signal.SIGINT)  # stops that reply
-        deadline = time.time() + 30
-        while b"reply stopped" not in err[err.find(b"reply stopped") + 1:] and time.time() < deadline:
-            err += read_some(p.stderr, 1)
+        err = read_until(p.stderr, lambda b: b.count(b"reply stopped") >= 2, 30, err)
         time.sleep(0.3)
         p.send_signal(signal.SIGINT)  # at the prompt: exits
         assert p.wait(timeout=30) == 130

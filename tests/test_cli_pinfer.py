@@ -10,7 +10,6 @@ import pytest
 
 from pinfer import _core, cli
 from pinfer.perplexity import perplexity
-
 from tinymodel import tiny_model
 
 TESTS = os.path.dirname(os.path.abspath(__file__))

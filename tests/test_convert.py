@@ -13,30 +13,20 @@ Needs: pip install torch==2.13.0 transformers tokenizers sentencepiece safetenso
 import json
 import os
 
+import gguf
 import numpy as np
 import pytest
-
+import sentencepiece  # noqa: F401
+import tokenizers  # noqa: F401
 import torch
 import transformers  # noqa: F401
-import tokenizers  # noqa: F401
-import sentencepiece  # noqa: F401
-import gguf
 
 import tinymodel
-
+from conftest import random_prompt, rel_err
 from pinfer import _core  # noqa: E402
 from pinfer import convert as cv  # noqa: E402
 
 RTOL = 1e-4
-
-
-def rel_err(ours, ref):
-    ours = np.asarray(ours, dtype=np.float64)
-    return float(np.max(np.abs(ours - ref)) / np.max(np.abs(ref)))
-
-
-def prompt(n, n_vocab, seed=0):
-    return np.random.default_rng(seed).integers(0, n_vocab, size=n).tolist()
 
 
 class ReluBothMLP(torch.nn.Module):
@@ -144,7 +134,7 @@ def test_metadata(converted):
 
 def test_whole_prompt(converted):
     kind, hf, _, m, _ = converted
-    toks = prompt(24, m.n_vocab, seed=11)
+    toks = random_prompt(24, m.n_vocab, seed=11)
     ref = tinymodel.hf_logits(hf, toks)
     ctx = _core.Context(m, 64, 64, 2, type_kv=0)
     ctx.decode(toks, all_logits=True)
@@ -153,7 +143,7 @@ def test_whole_prompt(converted):
 
 def test_token_by_token(converted):
     kind, hf, _, m, _ = converted
-    toks = prompt(16, m.n_vocab, seed=12)
+    toks = random_prompt(16, m.n_vocab, seed=12)
     ref = tinymodel.hf_logits(hf, toks)
     ctx = _core.Context(m, 32, 8, 2, type_kv=0)
     rows = []
@@ -172,7 +162,7 @@ def test_falcon_exact_gelu_is_approximated(tmp_path):
     hf.save_pretrained(d)
     m = _core.Model(cv.convert(d, str(tmp_path / "m.gguf"), type="f32", progress=False))
     assert m.meta("pinfer.ffn_act") == "gelu"
-    toks = prompt(16, m.n_vocab, seed=62)
+    toks = random_prompt(16, m.n_vocab, seed=62)
     ctx = _core.Context(m, 32, 32, 2, type_kv=0)
     ctx.decode(toks, all_logits=True)
     assert rel_err(ctx.logits_all(), tinymodel.hf_logits(hf, toks)) < 3e-3
@@ -215,7 +205,7 @@ def test_types_load_and_match(hf_dirs, tmp_path, arch, qtype):
         expect = gguf.GGMLQuantizationType.F32 if len(t.shape) == 1 else want
         assert t.tensor_type == expect, t.name
     m = _core.Model(out)
-    toks = prompt(16, m.n_vocab, seed=23)
+    toks = random_prompt(16, m.n_vocab, seed=23)
     ctx = _core.Context(m, 32, 32, 2, type_kv=0)
     ctx.decode(toks, all_logits=True)
     err = rel_err(ctx.logits_all(), tinymodel.hf_logits(hf, toks))
@@ -240,7 +230,7 @@ def test_odd_rows_fall_back_to_f16(tmp_path):
     assert types["blk.0.ffn_down.weight"] == gguf.GGMLQuantizationType.F16
     assert types["blk.0.ffn_up.weight"] == gguf.GGMLQuantizationType.Q8_0
     m = _core.Model(out)
-    toks = prompt(8, m.n_vocab, seed=3)
+    toks = random_prompt(8, m.n_vocab, seed=3)
     ctx = _core.Context(m, 16, 16, 1, type_kv=0)
     ctx.decode(toks, all_logits=True)
     assert rel_err(ctx.logits_all(), tinymodel.hf_logits(hf, toks)) < BOUNDS["q8_0"]

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from pinfer import Llama
-
 from tinymodel import make_hf_model, tiny_model, write_gguf
 
 

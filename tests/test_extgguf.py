@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 import tinymodel
-
 from pinfer import _core  # noqa: E402
 from pinfer import extgguf as eg  # noqa: E402
 
@@ -282,7 +281,8 @@ def test_permute_quantized_down_needs_consent(base, tmp_path):
     src = str(tmp_path / "q.gguf")
     r = _core.GGUFReader(base)
     ts = {t.name: t for t in r.tensors}
-    q = {f"blk.{il}.ffn_down.weight": eg.encode(eg.to_f32(ts[f"blk.{il}.ffn_down.weight"]), _core.type_from_name("q8_0"))
+    q = {f"blk.{il}.ffn_down.weight": eg.encode(eg.to_f32(ts[f"blk.{il}.ffn_down.weight"]),
+                                                _core.type_from_name("q8_0"))
          for il in range(N_LAYER)}
     del r, ts
     eg.rewrite(base, src, q)

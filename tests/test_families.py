@@ -20,29 +20,19 @@ Needs: pip install torch transformers tokenizers gguf
 import os
 import sys
 
+import gguf
 import numpy as np
 import pytest
-
 import torch
 import transformers
-import gguf
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tinymodel  # noqa: E402
-
+from conftest import PRIDE_OPENING, random_prompt, rel_err
 from pinfer import _core  # noqa: E402
 from pinfer import convert as cv  # noqa: E402
 
 RTOL = 1e-4
-
-
-def rel_err(ours, ref):
-    ours = np.asarray(ours, dtype=np.float64)
-    return float(np.max(np.abs(ours - ref)) / np.max(np.abs(ref)))
-
-
-def prompt(n, n_vocab, seed=0):
-    return np.random.default_rng(seed).integers(0, n_vocab, size=n).tolist()
 
 
 COMMON = dict(vocab_size=tinymodel.vocab_size(), max_position_embeddings=256, bos_token_id=None,
@@ -128,7 +118,8 @@ def test_names_and_keys_are_llama_cpps(converted):
     assert names <= allowed, sorted(names - allowed)
     known = set()
     for group in (gguf.Keys.General, gguf.Keys.LLM, gguf.Keys.Attention, gguf.Keys.Rope, gguf.Keys.Tokenizer):
-        known |= {v.replace("{arch}", arch) for k, v in vars(group).items() if isinstance(v, str) and not k.startswith("_")}
+        known |= {v.replace("{arch}", arch) for k, v in vars(group).items()
+                  if isinstance(v, str) and not k.startswith("_")}
     keys = {k for k in fr.fields if not k.startswith(("GGUF.", "pinfer."))}
     assert keys <= known, sorted(keys - known)
 
@@ -188,7 +179,7 @@ def test_family_metadata(converted):
 
 def test_whole_prompt(converted):
     kind, hf, m, _ = converted
-    toks = prompt(24, m.n_vocab, seed=11)
+    toks = random_prompt(24, m.n_vocab, seed=11)
     ref = tinymodel.hf_logits(hf, toks)
     ctx = _core.Context(m, 64, 64, 2, type_kv=0)
     ctx.decode(toks, all_logits=True)
@@ -205,7 +196,7 @@ def test_whole_prompt(converted):
 
 def test_token_by_token(converted):
     kind, hf, m, _ = converted
-    toks = prompt(16, m.n_vocab, seed=12)
+    toks = random_prompt(16, m.n_vocab, seed=12)
     ref = tinymodel.hf_logits(hf, toks)
     ctx = _core.Context(m, 32, 8, 2, type_kv=0)
     ctx.decode(toks[:5], all_logits=True)  # a prompt chunk, then cached single steps
@@ -218,7 +209,7 @@ def test_token_by_token(converted):
 
 def test_greedy_tokens_equal(converted):
     kind, hf, m, _ = converted
-    toks = prompt(6, m.n_vocab, seed=13)
+    toks = random_prompt(6, m.n_vocab, seed=13)
     ctx = _core.Context(m, 32, 8, 2, type_kv=0)
     ctx.decode(toks)
     out = []
@@ -236,7 +227,7 @@ def test_longrope_long_factors(tmp_path):
     d = str(tmp_path / "hf")
     hf = build("phi3", d)
     m = _core.Model(cv.convert(d, str(tmp_path / "m.gguf"), type="f32", progress=False))
-    toks = prompt(70, m.n_vocab, seed=14)
+    toks = random_prompt(70, m.n_vocab, seed=14)
     ctx = _core.Context(m, 128, 128, 2, type_kv=0)
     ctx.decode(toks, all_logits=True)
     assert rel_err(ctx.logits_all(), tinymodel.hf_logits(hf, toks)) < RTOL
@@ -268,10 +259,7 @@ def test_unsupported_architecture_names_itself(tmp_path):
 
 # ---------------------------------------------------------------- sparse
 
-TEXT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, "
-        "must be in want of a wife. However little known the feelings or views of such a man may be on his "
-        "first entering a neighbourhood, this truth is so well fixed in the minds of the surrounding families, "
-        "that he is considered the rightful property of some one or other of their daughters. ") * 2
+TEXT = PRIDE_OPENING * 2
 
 
 def _layer0_act(hf, toks):
@@ -328,9 +316,11 @@ def test_calibrate_and_threshold_mode(converted, tmp_path):
 
 # ---------------------------------------------------------------- Gemma's tokenizer
 
-SAMPLE = ["def f(x):\n    return x ** 2  # square\n\tif a != b: print(f'{a}')", "caf\u00e9 na\u00efve \u00fcber \u0441\u043b\u043e\u0432\u043e",
+SAMPLE = ["def f(x):\n    return x ** 2  # square\n\tif a != b: print(f'{a}')",
+          "caf\u00e9 na\u00efve \u00fcber \u0441\u043b\u043e\u0432\u043e",
           "\u4e2d\u6587\u5b57\u7b26 \u65e5\u672c\u8a9e \ud55c\uad6d\uc5b4 \u0645\u0631\u062d\u0628\u0627",
-          "\U0001F600 emoji \U0001F389\U0001F389 \U0001F468\u200d\U0001F469\u200d\U0001F467", "  two  spaces \n\n newline",
+          "\U0001F600 emoji \U0001F389\U0001F389 \U0001F468\u200d\U0001F469\u200d\U0001F467",
+          "  two  spaces \n\n newline",
           "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n", "x<bos>y<eos>", "\u00bd\u00b2 1234567 3.14"]
 
 
@@ -340,6 +330,7 @@ def _write_gemma_spm(d, text):
     import json
 
     import sentencepiece as spm
+
     from test_chat import GEMMA
 
     spm.SentencePieceTrainer.train(
@@ -396,7 +387,7 @@ def test_quantized_within_bounds(converted, tmp_path):
     """Q8_0 for every family; F16 too for the fused (phi3) and soft-capped (gemma2) layouts."""
     kind, hf, _, _ = converted
     d = os.path.dirname(converted[3])
-    toks = prompt(16, hf.config.vocab_size, seed=23)
+    toks = random_prompt(16, hf.config.vocab_size, seed=23)
     ref = tinymodel.hf_logits(hf, toks)
     for qtype in ["q8_0"] + (["f16"] if kind in ("phi3", "gemma2") else []):
         m = _core.Model(cv.convert(os.path.join(d, "hf"), str(tmp_path / f"{qtype}.gguf"), type=qtype, progress=False))
@@ -413,7 +404,7 @@ def test_simulated_device_runs_every_family(converted):
     """The hybrid plan on the simulated device (all layers there): same logits as
     the CPU, so the masks, QK-norms, post norms and RoPE factors reach the device."""
     kind, hf, m, _ = converted
-    toks = prompt(20, m.n_vocab, seed=24)
+    toks = random_prompt(20, m.n_vocab, seed=24)
     cpu = _core.Context(m, 64, 64, 2, "f32", "off")
     cpu.decode(toks, all_logits=True)
     sim = _core.Context(m, 64, 64, 2, "f32", "off", device="sim", n_gpu_layers=hf.config.num_hidden_layers)
@@ -457,7 +448,7 @@ def test_gemma2_27b_attention_scale_without_the_key(tmp_path):
     assert abs(_field(gguf.GGUFReader(ours), "gemma2.attention.scale") - 0.25) < 1e-7
     _copy_without(ours, str(tmp_path / "lcpp.gguf"), {"gemma2.attention.scale"})
     m = _core.Model(str(tmp_path / "lcpp.gguf"))
-    toks = prompt(10, m.n_vocab, seed=3)
+    toks = random_prompt(10, m.n_vocab, seed=3)
     ctx = _core.Context(m, 32, 32, 2, type_kv=0)
     ctx.decode(toks, all_logits=True)
     assert rel_err(ctx.logits_all(), tinymodel.hf_logits(hf, toks)) < RTOL

@@ -6,10 +6,9 @@ import os
 import subprocess
 import sys
 
+import gguf
 import numpy as np
 import pytest
-
-import gguf
 from gguf import GGMLQuantizationType as QT  # noqa: E402
 from gguf import GGUFValueType as VT  # noqa: E402
 
@@ -130,7 +129,7 @@ def test_read_file_written_by_gguf_package(tmp_path):
     # Values against what was written, independent of the package's reader.
     for k, v, t in SCALARS:
         assert md[k] == (np.float32(v) if t == VT.FLOAT32 else v)
-    for k, v, t in _arrays(np.random.default_rng(1)):
+    for k, v, _t in _arrays(np.random.default_rng(1)):
         assert md[k].dtype == v.dtype and np.array_equal(md[k], v)
     assert md["arr.str"] == ["a", "", "ünï", "x" * 100]
     assert [a.tolist() for a in md["arr.nested"]] == [[1, 2, 3], [4], [5, 6]]
@@ -139,7 +138,7 @@ def test_read_file_written_by_gguf_package(tmp_path):
     # Tensors: names, types, shapes, offsets and bytes.
     ours = r.tensors
     assert [t.name for t in ours] == [t.name for t in ref.tensors] == [t[0] for t in tensors]
-    for t, rt, (name, data, qt, shape) in zip(ours, ref.tensors, tensors):
+    for t, rt, (_name, data, qt, shape) in zip(ours, ref.tensors, tensors):
         assert t.type == int(rt.tensor_type) == int(qt)
         assert t.ne == [int(x) for x in rt.shape]
         assert tuple(t.shape) == shape
@@ -188,7 +187,8 @@ def test_write_read_by_gguf_package(tmp_path):
 
     ref = gguf.GGUFReader(str(path))
     fields = {k: f for k, f in ref.fields.items() if not k.startswith("GGUF.")}
-    expected_keys = ["general.alignment"] + [k for k, _, _ in SCALARS] + [k for k, _, _ in arrays] + ["arr.str", "arr.nested"]
+    expected_keys = (["general.alignment"] + [k for k, _, _ in SCALARS] + [k for k, _, _ in arrays]
+                     + ["arr.str", "arr.nested"])
     assert list(fields) == expected_keys
     assert fields["general.alignment"].contents() == 16
     for k, v, t in SCALARS:
@@ -204,7 +204,7 @@ def test_write_read_by_gguf_package(tmp_path):
     assert fields["arr.nested"].contents() == [1, 2, 3]  # the package flattens nested arrays
 
     assert [t.name for t in ref.tensors] == [t[0] for t in tensors]
-    for rt, (name, data, qt, shape) in zip(ref.tensors, tensors):
+    for rt, (_name, data, qt, shape) in zip(ref.tensors, tensors):
         assert int(rt.tensor_type) == int(qt)
         assert [int(x) for x in rt.shape] == list(reversed(shape))
         assert rt.data_offset % 16 == 0

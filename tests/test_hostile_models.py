@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 import tinymodel
-
 from pinfer import Llama, _core  # noqa: E402
 from pinfer.cli import find_tool  # noqa: E402
 
@@ -69,10 +68,11 @@ def base_tensors(n_layer=L, seed=0):
     return t
 
 
-def write(path, kv=None, drop=(), tensors=None, types=None, n_layer=L):
+def write(path, kv=None, drop=(), tensors=None, types=None, n_layer=L, raw=None):
     """The tiny llama with kv entries replaced/added (key -> (value, type)),
-    keys dropped, tensors replaced (name -> array) and tensors stored as other
-    types (name -> GGMLQuantizationType)."""
+    keys dropped, tensors replaced (name -> array), tensors stored as other
+    types (name -> GGMLQuantizationType) and tensors stored exactly as given
+    (name -> (array, raw GGMLQuantizationType or None for the array's dtype))."""
     keys = base_kv()
     keys.update(kv or {})
     ts = base_tensors(n_layer)
@@ -87,7 +87,10 @@ def write(path, kv=None, drop=(), tensors=None, types=None, n_layer=L):
             w.add_key_value(k, v, vt)
     for name, arr in ts.items():
         qt = (types or {}).get(name)
-        if qt is None:
+        if name in (raw or {}):
+            data, raw_dtype = raw[name]
+            w.add_tensor(name, data, raw_dtype=raw_dtype)
+        elif qt is None:
             w.add_tensor(name, np.ascontiguousarray(arr, dtype=np.float32))
         else:
             w.add_tensor(name, gguf.quants.quantize(arr.astype(np.float32), qt), raw_dtype=qt)
@@ -224,20 +227,8 @@ def test_norm_weights_must_be_f32(tmp_path, name, qt):
 
 
 def test_matrix_of_an_integer_type_is_refused(tmp_path):
-    t = base_tensors()
-    w = gguf.GGUFWriter(str(tmp_path / "i.gguf"), "llama")
-    for k, (v, vt) in base_kv().items():
-        w.add_array(k, v) if vt == VT.ARRAY else w.add_key_value(k, v, vt)
-    for name, arr in t.items():
-        if name == "blk.0.ffn_up.weight":
-            w.add_tensor(name, np.zeros(arr.shape, dtype=np.int32))
-        else:
-            w.add_tensor(name, arr)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    msg = load_error(tmp_path / "i.gguf")
+    up = np.zeros(base_tensors()["blk.0.ffn_up.weight"].shape, dtype=np.int32)
+    msg = load_error(write(tmp_path / "i.gguf", raw={"blk.0.ffn_up.weight": (up, None)}))
     assert "blk.0.ffn_up.weight" in msg and "i32" in msg, msg
 
 
@@ -279,19 +270,7 @@ def test_non_finite_quantized_scales_stop_the_decode(tmp_path):
     q = gguf.quants.quantize(t["blk.0.attn_q.weight"], QT.Q8_0)
     q = q.copy()
     q.view(np.uint8).reshape(-1)[0:2] = np.frombuffer(np.float16(np.nan).tobytes(), np.uint8)
-    path = tmp_path / "q.gguf"
-    w = gguf.GGUFWriter(str(path), "llama")
-    for k, (v, vt) in base_kv().items():
-        w.add_array(k, v) if vt == VT.ARRAY else w.add_key_value(k, v, vt)
-    for name, arr in t.items():
-        if name == "blk.0.attn_q.weight":
-            w.add_tensor(name, q, raw_dtype=QT.Q8_0)
-        else:
-            w.add_tensor(name, arr)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    path = write(tmp_path / "q.gguf", raw={"blk.0.attn_q.weight": (q, QT.Q8_0)})
     assert "non-finite logit" in load_error(path)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tinymodel
-
+from conftest import random_prompt
 from pinfer import _core, extgguf  # noqa: E402
 from pinfer.cli import find_tool  # noqa: E402
 
@@ -26,10 +26,6 @@ N_LAYER = 3
 def rel(a, b):
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
-
-
-def prompt(n, seed=0):
-    return np.random.default_rng(seed).integers(0, tinymodel.vocab_size(), size=n).tolist()
 
 
 def gguf_tensor(path, name):
@@ -87,7 +83,7 @@ MIXES = {"none": [0, 0, 0], "half": [N_FF // 2] * N_LAYER, "all": [N_FF] * N_LAY
 @pytest.mark.parametrize("T", [1, 5, 40])
 def test_hybrid_equals_cpu(models, mode, mix, T):
     path = with_placement(models[mode], str(models["dir"] / f"{mode}_{mix}.gguf"), MIXES[mix])
-    toks = prompt(T, seed=T)
+    toks = random_prompt(T, seed=T)
     ref = logits_of(context(path, mode), toks)
     c = context(path, mode, device="sim")
     assert c.device == "sim"
@@ -105,7 +101,7 @@ def test_prompt_batches_stream_or_compute_cold_rows(models, mode):
     device computes them); with 0 the CPU computes them. Both are the CPU's result."""
     k = MIXES["mixed"]
     path = with_placement(models[mode], str(models["dir"] / f"{mode}_stream.gguf"), k)
-    toks = prompt(40, seed=11)
+    toks = random_prompt(40, seed=11)
     ref = logits_of(context(path, mode), toks)
     moved, pageable = {}, {}
     for smin in (0, 32):
@@ -131,7 +127,7 @@ def test_traffic_per_token_is_the_formula(models, mode):
     path = with_placement(models[mode], str(models["dir"] / f"{mode}_traffic.gguf"), k)
     c = context(path, mode, device="sim")
     d = _core.Model(path).n_embd
-    toks = prompt(4, seed=1)
+    toks = random_prompt(4, seed=1)
     c.decode(toks)
     c.reset_transfer_stats()
     n_steps = 5
@@ -153,7 +149,7 @@ def test_traffic_per_token_is_the_formula(models, mode):
 
 def test_thread_count_does_not_change_results(models):
     path = with_placement(models["predictor"], str(models["dir"] / "threads.gguf"), MIXES["mixed"])
-    toks = prompt(9, seed=3)
+    toks = random_prompt(9, seed=3)
     a = logits_of(context(path, "predictor", device="sim", threads=1), toks)
     b = logits_of(context(path, "predictor", device="sim", threads=2, sim_threads=2), toks)
     assert np.array_equal(a, b)
@@ -165,7 +161,7 @@ def test_ngl_puts_a_prefix_of_layers_on_the_device(models):
         c = context(path, device="sim", n_gpu_layers=ngl)
         assert [on for on, _ in c.plan()] == [i < ngl for i in range(N_LAYER)]
         assert all(k == 0 for on, k in c.plan() if not on)
-    toks = prompt(7, seed=2)
+    toks = random_prompt(7, seed=2)
     ref = logits_of(context(path), toks)
     assert rel(logits_of(context(path, device="sim", n_gpu_layers=2), toks), ref) <= RTOL
 
@@ -201,7 +197,7 @@ def test_cuda_device(models):
         assert "--device cuda: no CUDA" in str(e), str(e)
         return
     assert c.device == "cuda"
-    toks = prompt(12)
+    toks = random_prompt(12)
     assert rel(logits_of(c, toks), logits_of(context(path), toks)) <= 1e-3
 
 
@@ -218,7 +214,7 @@ def test_device_auto(models):
         assert c.notice.startswith("no CUDA") and c.notice.endswith("): running on the CPU"), c.notice
     else:
         assert c.device == "cuda" and any(on for on, _ in c.plan())
-    toks = prompt(12)
+    toks = random_prompt(12)
     assert rel(logits_of(c, toks), logits_of(context(path, device="cpu"), toks)) <= 1e-3
 
 
@@ -234,8 +230,8 @@ def test_llama_class_on_the_sim(models, capsys):
     a = Llama(path, n_ctx=64, seed=1)
     b = Llama(path, n_ctx=64, seed=1, device="sim", n_gpu_layers=2, vram_budget=1.0)
     assert b.plan == [(True, N_FF), (True, N_FF), (False, 0)]
-    ta = a.create_completion(prompt(4), max_tokens=8, temperature=0)["choices"][0]["text"]
-    tb = b.create_completion(prompt(4), max_tokens=8, temperature=0)["choices"][0]["text"]
+    ta = a.create_completion(random_prompt(4), max_tokens=8, temperature=0)["choices"][0]["text"]
+    tb = b.create_completion(random_prompt(4), max_tokens=8, temperature=0)["choices"][0]["text"]
     assert ta == tb
     st = b.transfer_stats()
     assert st["n_graphs"] >= 5 and st["bytes_h2d"] > 0 and st["bytes_d2h"] > 0
@@ -269,7 +265,7 @@ def test_plan_cache_reuses_the_decode_graph(models, device):
     and (to rounding: the padded positions are masked) the logits are those of
     a graph rebuilt every token. A truncated cache moves the store views back."""
     path = with_placement(models["predictor"], str(models["dir"] / f"cache_{device}.gguf"), MIXES["mixed"])
-    toks = prompt(5, seed=4)
+    toks = random_prompt(5, seed=4)
     runs = {}
     for cache in (False, True):
         c = context(path, "predictor", device=device, graph_cache=cache)
@@ -302,7 +298,7 @@ def test_other_architectures_on_the_sim(tmp_path, arch):
     path = cv.convert(d, str(tmp_path / f"{arch}.gguf"), type="f32", progress=False)
     n_ff = 96 if arch == "qwen2" else 80
     placed = with_placement(path, str(tmp_path / f"{arch}_k.gguf"), [0, n_ff // 2, n_ff])
-    toks = prompt(6, seed=8)
+    toks = random_prompt(6, seed=8)
     ref = logits_of(context(placed), toks)
     c = context(placed, device="sim")
     assert c.plan() == [(True, 0), (True, n_ff // 2), (True, n_ff)]
@@ -317,7 +313,7 @@ def test_layer_offload_mode(models):
     assert full.plan() == [(True, N_FF)] * N_LAYER
     two = context(path, device="sim", offload="layers", n_gpu_layers=2)
     assert two.plan() == [(True, N_FF), (True, N_FF), (False, 0)]
-    toks = prompt(6, seed=9)
+    toks = random_prompt(6, seed=9)
     assert rel(logits_of(two, toks), logits_of(context(path), toks)) <= RTOL
     with pytest.raises(ValueError, match="offload must be"):
         context(path, device="sim", offload="rows")

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 import tinymodel
-
 from pinfer import Llama  # noqa: E402
 
 # the conftest fixtures: model, llm

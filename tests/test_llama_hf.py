@@ -13,15 +13,13 @@ pairs), so a wrong q/k permutation cannot hide behind a matching bug in pinfer.
 Needs: pip install torch==2.13.0 transformers
 """
 
+import gguf
 import numpy as np
 import pytest
-
-import torch
 import transformers  # noqa: F401
-import gguf
 
 import tinymodel
-
+from conftest import random_prompt, rel_err
 from pinfer import _core  # noqa: E402
 
 RTOL = 1e-4
@@ -44,15 +42,6 @@ def model_pair(request, tmp_path_factory):
     m = _core.Model(path)
     yield m, hf, path
     m.close()
-
-
-def rel_err(ours, ref):
-    ours = np.asarray(ours, dtype=np.float64)
-    return float(np.max(np.abs(ours - ref)) / np.max(np.abs(ref)))
-
-
-def prompt(n, n_vocab, seed=0):
-    return np.random.default_rng(seed).integers(0, n_vocab, size=n).tolist()
 
 
 # ---- the fixture writer against an independent numpy forward pass ----
@@ -115,7 +104,7 @@ def numpy_forward(path, tokens):
 
 def test_gguf_writer_matches_hf(model_pair):
     _, hf, path = model_pair
-    toks = prompt(12, hf.config.vocab_size, seed=5)
+    toks = random_prompt(12, hf.config.vocab_size, seed=5)
     ref = tinymodel.hf_logits(hf, toks)
     # HF computes its rotary tables in float32, hence not ~1e-15
     assert rel_err(numpy_forward(path, toks), ref) < 1e-5
@@ -125,7 +114,7 @@ def test_gguf_writer_matches_hf(model_pair):
 
 def test_whole_prompt(model_pair):
     m, hf, _ = model_pair
-    toks = prompt(40, m.n_vocab, seed=11)
+    toks = random_prompt(40, m.n_vocab, seed=11)
     ref = tinymodel.hf_logits(hf, toks)
     ctx = _core.Context(m, 64, 64, 2, "f32")
     ctx.decode(toks, all_logits=True)
@@ -139,7 +128,7 @@ def test_whole_prompt(model_pair):
 
 def test_token_by_token(model_pair):
     m, hf, _ = model_pair
-    toks = prompt(30, m.n_vocab, seed=12)
+    toks = random_prompt(30, m.n_vocab, seed=12)
     ref = tinymodel.hf_logits(hf, toks)
     ctx = _core.Context(m, 32, 8, 2, "f32")
     rows = []
@@ -152,7 +141,7 @@ def test_token_by_token(model_pair):
 
 def test_batched_chunks_and_multiple_calls(model_pair):
     m, hf, _ = model_pair
-    toks = prompt(45, m.n_vocab, seed=13)
+    toks = random_prompt(45, m.n_vocab, seed=13)
     ref = tinymodel.hf_logits(hf, toks)
     # n_batch (7) smaller than the prompt: decode splits it into chunks
     ctx = _core.Context(m, 64, 7, 2, "f32")
@@ -171,8 +160,8 @@ def test_batched_chunks_and_multiple_calls(model_pair):
 
 def test_kv_truncate_then_continue(model_pair):
     m, hf, _ = model_pair
-    a = prompt(24, m.n_vocab, seed=14)
-    b = prompt(10, m.n_vocab, seed=15)
+    a = random_prompt(24, m.n_vocab, seed=14)
+    b = random_prompt(10, m.n_vocab, seed=15)
     ctx = _core.Context(m, 64, 16, 2, "f32")
     ctx.decode(a)
     ctx.kv_truncate(14)
@@ -185,7 +174,7 @@ def test_kv_truncate_then_continue(model_pair):
 def test_f16_kv_cache(model_pair):
     """The default F16 KV cache rounds keys and values: close, not exact."""
     m, hf, _ = model_pair
-    toks = prompt(30, m.n_vocab, seed=17)
+    toks = random_prompt(30, m.n_vocab, seed=17)
     ctx = _core.Context(m, 32, 32, 2)  # type_kv="f16"
     ctx.decode(toks, all_logits=True)
     err = rel_err(ctx.logits_all(), tinymodel.hf_logits(hf, toks))
@@ -197,7 +186,7 @@ def test_relu_ffn(tmp_path):
     path, hf = tinymodel.tiny_model(str(tmp_path / "relu.gguf"), ffn_act="relu", n_embd=32, n_layer=2,
                                     n_head=4, n_head_kv=2, n_ff=64, seed=4)
     m = _core.Model(path)
-    toks = prompt(20, m.n_vocab, seed=16)
+    toks = random_prompt(20, m.n_vocab, seed=16)
     ctx = _core.Context(m, 32, 32, 2, "f32")
     ctx.decode(toks, all_logits=True)
     assert rel_err(ctx.logits_all(), tinymodel.hf_logits(hf, toks)) < RTOL

@@ -143,7 +143,8 @@ def test_chat_logprobs(llm, model):
     for a, b in zip(flat, content):  # the cached prompt's last token decoded alone: float rounding
         assert a["logprob"] == pytest.approx(b["logprob"], abs=1e-5)
         assert [x["token"] for x in a["top_logprobs"]] == [x["token"] for x in b["top_logprobs"]]
-        assert [x["logprob"] for x in a["top_logprobs"]] == pytest.approx([x["logprob"] for x in b["top_logprobs"]], abs=1e-5)
+        want = [x["logprob"] for x in b["top_logprobs"]]
+        assert [x["logprob"] for x in a["top_logprobs"]] == pytest.approx(want, abs=1e-5)
     with pytest.raises(ValueError, match="top_logprobs"):
         llm.create_chat_completion(msgs, top_logprobs=2)
     with pytest.raises(ValueError, match="top_logprobs"):

@@ -228,7 +228,8 @@ def test_norm(op, shape):
 def test_norm_noncontiguous(op):
     x = (rng(11).standard_normal((12, 40)) + 3).astype(np.float32)
     for spec, ref in views_2d(x):
-        check(run(op, [x], {"eps": 1e-5}, views=[spec]), NORMS[op](ref.astype(np.float64), np.float64(np.float32(1e-5))))
+        check(run(op, [x], {"eps": 1e-5}, views=[spec]),
+              NORMS[op](ref.astype(np.float64), np.float64(np.float32(1e-5))))
     x4 = rng(12).standard_normal((2, 3, 4, 6)).astype(np.float32)
     axes = (2, 1, 0, 3)
     check(run(op, [x4], {"eps": 1e-6}, views=[("permute",) + axes]),
@@ -238,7 +239,8 @@ def test_norm_noncontiguous(op):
 def test_norm_large_offset():
     # mean far from zero: the centring must not cancel away the signal
     x = (1000.0 + rng(13).standard_normal((3, 300))).astype(np.float32)
-    check(run("norm", [x], {"eps": 1e-5}), norm64(x.astype(np.float64), np.float64(np.float32(1e-5))), rtol=1e-5, atol=1e-5)
+    check(run("norm", [x], {"eps": 1e-5}), norm64(x.astype(np.float64), np.float64(np.float32(1e-5))),
+          rtol=1e-5, atol=1e-5)
 
 
 # ---------------------------------------------------------------- soft_max
@@ -455,10 +457,12 @@ def make_rows(type_name, n_rows, n_per_row, g):
         put_f16(208)
     elif type_name == "Q8_1":
         put_f16(0), put_f16(2)
-        return raw.tobytes(), dequant_q8_simple(raw.reshape(-1), ts, np.float16).reshape(n_rows, n_per_row).astype(np.float64)
+        ref = dequant_q8_simple(raw.reshape(-1), ts, np.float16).reshape(n_rows, n_per_row)
+        return raw.tobytes(), ref.astype(np.float64)
     elif type_name == "Q8_K":
         raw[:, 0:4] = g.uniform(0.001, 0.05, size=nblk).astype(np.float32).view(np.uint8).reshape(nblk, 4)
-        return raw.tobytes(), dequant_q8_simple(raw.reshape(-1), ts, np.float32).reshape(n_rows, n_per_row).astype(np.float64)
+        ref = dequant_q8_simple(raw.reshape(-1), ts, np.float32).reshape(n_rows, n_per_row)
+        return raw.tobytes(), ref.astype(np.float64)
     raw = raw.reshape(n_rows, -1)
     return raw.tobytes(), quants.dequantize(raw, qt).astype(np.float64)
 

@@ -15,18 +15,14 @@ import numpy as np
 import pytest
 
 import tinymodel
-
+from conftest import TINY_1L
 from pinfer import _core, outfile  # noqa: E402
-from pinfer.cli import find_tool, main as cli_main  # noqa: E402
+from pinfer.cli import find_tool  # noqa: E402
+from pinfer.cli import main as cli_main
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    p, _ = tinymodel.tiny_model(str(tmp_path_factory.mktemp("out") / "m.gguf"), n_embd=32, n_layer=1, n_head=2,
-                                n_ff=64)
-    return p
+# the conftest fixture model: a one-layer tiny llama
+MODEL_SEED, MODEL_SHAPE = 0, TINY_1L
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +101,7 @@ def test_convert_refuses_special_targets(hf_dir, tmp_path, kind, capsys):
 
 def test_gguf_writer_refuses_special_targets(tmp_path):
     """The C writer itself (every GGUF writer in the package goes through it)."""
-    for kind, (path, word) in special_targets(tmp_path).items():
+    for path, word in special_targets(tmp_path).values():
         st = os.lstat(path)
         w = _core.GGUFWriter()
         w.add("general.architecture", "llama", _core.GGUF_TYPE_STRING)

@@ -6,17 +6,13 @@ import subprocess
 import numpy as np
 import pytest
 
+from conftest import PRIDE_OPENING
 from pinfer import _core
 from pinfer.cli import find_tool
 from pinfer.perplexity import perplexity, windows
-
 from tinymodel import tiny_model
 
-TEXT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, "
-        "must be in want of a wife. However little known the feelings or views of such a man may be "
-        "on his first entering a neighbourhood, this truth is so well fixed in the minds of the "
-        "surrounding families, that he is considered the rightful property of some one or other of "
-        "their daughters. ") * 3
+TEXT = PRIDE_OPENING * 3
 
 
 def hf_window_nll(model, tokens, n_ctx, stride=None, max_windows=None, dtype=None, half=False, bos=None):

@@ -9,21 +9,16 @@ import os
 
 import numpy as np
 import pytest
-
-import tinymodel
-
 import torch  # noqa: E402  (the offline tools need torch: test extra)
 from transformers import AutoTokenizer  # noqa: E402
 
+import tinymodel
+from conftest import PRIDE_OPENING
 from pinfer import _core, cli, extgguf, predictors, profile  # noqa: E402
 
 torch.set_num_threads(1)  # tiny matrices: threads only add contention on a shared CI machine
 N_TOKENS, CTX = 1600, 100
-TEXT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, "
-        "must be in want of a wife. However little known the feelings or views of such a man may be "
-        "on his first entering a neighbourhood, this truth is so well fixed in the minds of the "
-        "surrounding families, that he is considered the rightful property of some one or other of "
-        "their daughters. ") * 6
+TEXT = PRIDE_OPENING * 6
 BORDER = 1e-5  # |gate| below this may round either way between float32 and float64
 
 

@@ -9,23 +9,18 @@ import os
 import re
 import subprocess
 
+import gguf  # noqa: E402
 import numpy as np
 import pytest
+import torch  # noqa: E402  (the offline tools need torch: test extra)
 
 import tinymodel
-
-import torch  # noqa: E402  (the offline tools need torch: test extra)
-import gguf  # noqa: E402
-
+from conftest import PRIDE_OPENING
 from pinfer import _core, cli, extgguf, solve  # noqa: E402
 
 torch.set_num_threads(1)
 N_TOKENS, CTX = 1600, 100
-TEXT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, "
-        "must be in want of a wife. However little known the feelings or views of such a man may be "
-        "on his first entering a neighbourhood, this truth is so well fixed in the minds of the "
-        "surrounding families, that he is considered the rightful property of some one or other of "
-        "their daughters. ") * 6
+TEXT = PRIDE_OPENING * 6
 GIB = float(1 << 30)
 
 

@@ -9,7 +9,6 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tinymodel  # noqa: E402
-
 from pinfer import Llama, LlamaCache, LlamaDiskCache, LlamaRAMCache, LlamaState, _core  # noqa: E402
 
 P1 = "The cat sat on the mat and looked at the"

@@ -9,7 +9,6 @@ import pytest
 
 from pinfer import _core
 from pinfer.cli import find_tool
-
 from tinymodel import tiny_model
 
 PLAIN = ["f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K"]
@@ -49,7 +48,8 @@ def expected_type(name, ne, recipe, n_layer, tied, src="f32", pure=False):
         if len(ne) == 1 and (src not in ("f32", "i32") and (src.startswith("q") or recipe == "f32")):
             return "f32"
         return src
-    base = {"Q3_K_M": "q3_K", "Q4_K_S": "q4_K", "Q4_K_M": "q4_K", "Q5_K_S": "q5_K", "Q5_K_M": "q5_K"}.get(recipe, recipe)
+    base = {"Q3_K_M": "q3_K", "Q4_K_S": "q4_K", "Q4_K_M": "q4_K",
+            "Q5_K_S": "q5_K", "Q5_K_M": "q5_K"}.get(recipe, recipe)
     t = base
     if not pure:
         il = int(parts[1]) if kind else -1

@@ -11,16 +11,12 @@ import time
 import pytest
 
 import tinymodel
-
+from conftest import TINY_1L
 from pinfer import Llama, chat_template  # noqa: E402
 from pinfer.cli import find_tool  # noqa: E402
 
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    p, _ = tinymodel.tiny_model(str(tmp_path_factory.mktemp("res") / "m.gguf"), n_embd=32, n_layer=1, n_head=2,
-                                n_ff=64)
-    return p
+# the conftest fixture model: a one-layer tiny llama
+MODEL_SEED, MODEL_SHAPE = 0, TINY_1L
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +109,8 @@ MSG = [{"role": "user", "content": "hi"}]
     ("{{ ['x'] * 10**10 }}", "output limit"),
     ("{{ 10 ** 100000000 }}", "exponent"),
     # `~` is not a binop the sandbox sees: the memory bound stops it, or on a loaded machine the time bound first
-    ("{% set ns = namespace(s='xx') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}",
+    ("{% set ns = namespace(s='xx') %}{% for i in range(60) %}"
+     "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}",
      "MiB|longer than"),
     ("{% for i in range(100000) %}{{ 'y' * 1000 }}{% endfor %}", "exceeds"),
     ("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",

@@ -4,7 +4,7 @@ import pytest
 
 from pinfer import _core
 
-OFF = dict(temp=1.0, top_k=0, top_p=1.0, min_p=0.0)  # every stage disabled
+OFF = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)  # every stage disabled
 
 
 # ---- numpy reference of the chain (float64 softmax, float32 penalty arithmetic) ----
@@ -27,7 +27,7 @@ def ref_penalize(logits, history, repeat_penalty=1.0, frequency_penalty=0.0,
     return l
 
 
-def ref_chain(logits, history=(), temp=0.8, top_k=40, top_p=0.95, min_p=0.05, min_keep=1,
+def ref_chain(logits, history=(), temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, min_keep=1,
               **pen):
     """Returns (ids in chain order, final logits, probs)."""
     l = ref_penalize(logits, list(history), **pen)
@@ -43,7 +43,7 @@ def ref_chain(logits, history=(), temp=0.8, top_k=40, top_p=0.95, min_p=0.05, mi
         p = softmax(l[ids])
         keep = p >= min_p * p.max()
         ids = ids[keep] if keep.sum() >= min_keep else ids[:min_keep]
-    final = l[ids].astype(np.float64) / temp
+    final = l[ids].astype(np.float64) / temperature
     return ids, final, softmax(final)
 
 
@@ -101,7 +101,7 @@ def test_top_k(n, k):
     logits = rand_logits(n, seed=3)
     s = _core.Sampler(**{**OFF, "top_k": k}, seed=0)
     ids, lg, pr = s.candidates(logits)
-    rids, rl, rp = ref_chain(logits, temp=1.0, top_k=k, top_p=1.0, min_p=0.0)
+    rids, rl, rp = ref_chain(logits, temperature=1.0, top_k=k, top_p=1.0, min_p=0.0)
     if k >= n:  # nothing to cut: no sort ran, order is unspecified
         ids, pr = by_id(ids, pr)
         rids, rp = by_id(rids, rp)
@@ -113,7 +113,7 @@ def test_top_k(n, k):
 def test_top_p(scale, top_p):
     # A flat distribution over 50k needs tens of thousands of survivors, a peaked one few.
     logits = rand_logits(50_000, scale, seed=4)
-    rids, _, rp = ref_chain(logits, temp=1.0, top_k=0, top_p=top_p, min_p=0.0)
+    rids, _, rp = ref_chain(logits, temperature=1.0, top_k=0, top_p=top_p, min_p=0.0)
     cum = np.cumsum(softmax(logits)[rids])
     assert abs(cum[-1] - top_p) > 1e-6 or len(rids) == 1  # the reference cut is not a rounding tie
     s = _core.Sampler(**{**OFF, "top_p": top_p}, seed=0)
@@ -127,7 +127,7 @@ def test_top_p_min_keep():
     logits = rand_logits(1000, 10.0, seed=5)  # the best token alone holds most of the mass
     s = _core.Sampler(**{**OFF, "top_p": 0.01}, min_keep=7, seed=0)
     ids, _, _ = s.candidates(logits)
-    rids, _, _ = ref_chain(logits, temp=1.0, top_k=0, top_p=0.01, min_p=0.0, min_keep=7)
+    rids, _, _ = ref_chain(logits, temperature=1.0, top_k=0, top_p=0.01, min_p=0.0, min_keep=7)
     assert len(ids) == 7 and np.array_equal(ids, rids)
 
 
@@ -136,7 +136,7 @@ def test_min_p(min_p):
     logits = rand_logits(20_000, 2.0, seed=6)
     s = _core.Sampler(**{**OFF, "min_p": min_p}, seed=0)
     ids, _, pr = by_id(*s.candidates(logits))
-    r = ref_chain(logits, temp=1.0, top_k=0, top_p=1.0, min_p=min_p)
+    r = ref_chain(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=min_p)
     rids, rp = by_id(r[0], r[2])
     p = softmax(logits)
     assert np.array_equal(ids, rids)
@@ -148,7 +148,7 @@ def test_min_p(min_p):
 def test_full_chain_with_temperature(temp):
     logits = rand_logits(32_000, 2.5, seed=7)
     history = [int(i) for i in np.argsort(-logits)[:6]] * 2
-    params = dict(temp=temp, top_k=100, top_p=0.9, min_p=0.02, repeat_penalty=1.1,
+    params = dict(temperature=temp, top_k=100, top_p=0.9, min_p=0.02, repeat_penalty=1.1,
                   frequency_penalty=0.05, presence_penalty=0.1, repeat_last_n=64)
     s = _core.Sampler(**params, seed=0)
     for t in history:
@@ -164,19 +164,19 @@ def test_full_chain_with_temperature(temp):
 
 def test_greedy_is_argmax():
     rng = np.random.default_rng(8)
-    s = _core.Sampler(temp=0.0, seed=0)
+    s = _core.Sampler(temperature=0.0, seed=0)
     for _ in range(20):
         logits = rng.standard_normal(5000).astype(np.float32)
         assert s.sample(logits) == int(np.argmax(logits))
     ties = np.zeros(100, dtype=np.float32)
     ties[[17, 42, 90]] = 3.0
     assert s.sample(ties) == 17  # first on ties
-    assert _core.Sampler(temp=-1.0, seed=0).sample(ties) == 17
+    assert _core.Sampler(temperature=-1.0, seed=0).sample(ties) == 17
 
 
 def test_greedy_sees_penalties():
     logits = np.array([0.0, 5.0, 4.0, 1.0], dtype=np.float32)
-    s = _core.Sampler(temp=0.0, repeat_penalty=2.0, seed=0)
+    s = _core.Sampler(temperature=0.0, repeat_penalty=2.0, seed=0)
     assert s.sample(logits) == 1
     s.accept(1)  # 5 / 2 = 2.5 < 4
     assert s.sample(logits) == 2
@@ -186,13 +186,13 @@ def test_seeded_reproducibility():
     logits = rand_logits(32_000, 1.0, seed=9)
 
     def run(seed, n=300):
-        s = _core.Sampler(temp=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=seed)
+        s = _core.Sampler(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=seed)
         return [s.sample(logits) for _ in range(n)]
 
     a, b, c = run(1234), run(1234), run(4321)
     assert a == b
     assert a != c
-    s = _core.Sampler(temp=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=1234)
+    s = _core.Sampler(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=1234)
     assert s.seed == 1234
     first = [s.sample(logits) for _ in range(50)]
     s.reset()
@@ -212,7 +212,7 @@ def test_distribution_matches_probabilities():
     # off-by-one in the cumulative walk lands far above.
     logits = rand_logits(16, 1.0, seed=10)
     temp = 0.7
-    s = _core.Sampler(temp=temp, top_k=0, top_p=1.0, min_p=0.0, seed=2024)
+    s = _core.Sampler(temperature=temp, top_k=0, top_p=1.0, min_p=0.0, seed=2024)
     draws = np.array([s.sample(logits) for _ in range(40_000)])
     counts = np.bincount(draws, minlength=16).astype(np.float64)
     p = softmax(logits.astype(np.float64) / temp)
@@ -223,7 +223,7 @@ def test_distribution_matches_probabilities():
 
 def test_distribution_after_top_k_and_min_p():
     logits = rand_logits(3000, 1.5, seed=11)
-    params = dict(temp=1.3, top_k=12, top_p=1.0, min_p=0.1)
+    params = dict(temperature=1.3, top_k=12, top_p=1.0, min_p=0.1)
     rids, _, rp = ref_chain(logits, **params)
     s = _core.Sampler(**params, seed=7)
     draws = np.array([s.sample(logits) for _ in range(30_000)])
@@ -241,6 +241,16 @@ def test_bad_arguments():
         _core.Sampler(min_p=1.5)
     with pytest.raises(ValueError, match="seed"):
         _core.Sampler(seed=2**40)
+    with pytest.raises(ValueError, match="seed"):
+        _core.Sampler(seed=-2)  # one rule: 0 .. 2**32 - 1, or -1 for random
+    with pytest.raises(ValueError, match="n_vocab"):
+        _core.Sampler(n_vocab=-1)
+    with pytest.raises(ValueError, match="vocabulary 4"):
+        _core.Sampler(n_vocab=4).sample(np.zeros(5, dtype=np.float32))
+    with pytest.raises(ValueError, match="out of range"):
+        _core.Sampler(n_vocab=4).accept(4)
+    with pytest.raises(ValueError, match="out of range"):
+        _core.Sampler().accept(-1)
     with pytest.raises(ValueError, match="empty vocabulary"):
         _core.Sampler().sample(np.zeros(0, dtype=np.float32))
     with pytest.raises(TypeError):
@@ -252,9 +262,9 @@ def test_nan_and_inf_logits_are_never_picked():
     logits[3] = np.nan
     logits[6] = 0.5
     logits[8] = 0.25
-    s = _core.Sampler(temp=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=3)
+    s = _core.Sampler(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=3)
     assert {s.sample(logits) for _ in range(200)} == {6, 8}
-    assert _core.Sampler(temp=0.0).sample(logits) == 6
+    assert _core.Sampler(temperature=0.0).sample(logits) == 6
 
 
 # ---- stop strings ----

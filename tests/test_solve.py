@@ -13,14 +13,12 @@ import argparse
 import itertools
 import json
 import math
-import os
 
-import numpy as np
-import pytest
-
+import gguf
 import highspy  # noqa: F401  (hard dependency: the ILP)
 import matplotlib  # noqa: F401
-import gguf
+import numpy as np
+import pytest
 
 from pinfer import _core
 from pinfer import solve as S

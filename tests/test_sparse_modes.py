@@ -13,29 +13,16 @@ import subprocess
 
 import numpy as np
 import pytest
-
 import torch
 import transformers  # noqa: F401,E402
 
 import tinymodel
-
+from conftest import PRIDE_OPENING, random_prompt, rel_err
 from pinfer import _core, calibrate, extgguf  # noqa: E402
 from pinfer import convert as cv  # noqa: E402
 
 RTOL = 1e-5
-TEXT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, "
-        "must be in want of a wife. However little known the feelings or views of such a man may be on his "
-        "first entering a neighbourhood, this truth is so well fixed in the minds of the surrounding families, "
-        "that he is considered the rightful property of some one or other of their daughters. ") * 4
-
-
-def rel(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
-
-
-def prompt(n, seed=0):
-    return np.random.default_rng(seed).integers(0, tinymodel.vocab_size(), size=n).tolist()
+TEXT = PRIDE_OPENING * 4
 
 
 def ctx(path_or_model, mode="off", stats=False, verify=False, observe=False, n_ctx=128, precision="high"):
@@ -117,24 +104,24 @@ def ffn_inputs(hf, toks, falcon=False):
 @pytest.mark.parametrize("kind", ["relu", "relu_down_t", "relu_both", "falcon_relu"])
 def test_exact_equals_dense(models, kind):
     path = models[kind][0]
-    toks = prompt(24, seed=5)
+    toks = random_prompt(24, seed=5)
     dense, _ = run_prompt(path, "off", toks)
     exact, c = run_prompt(path, "exact", toks, stats=True)
     assert c.sparse_mode == "exact"
-    assert rel(exact, dense) <= RTOL
+    assert rel_err(exact, dense) <= RTOL
     layers = c.sparse_stats()["layers"]
     assert all(0.05 < l["active_frac"] < 0.95 for l in layers), layers  # it really skipped neurons
     # token by token (the T = 1 kernels), greedy tokens identical
     sd, gd = run_steps(path, "off", toks[:6], 10)
     se, ge = run_steps(path, "exact", toks[:6], 10)
     assert ge == gd
-    assert rel(se, sd) <= RTOL
+    assert rel_err(se, sd) <= RTOL
 
 
 def test_exact_active_fraction_matches_numpy(models):
     """Layer 0 sees the same input in every mode: its active set is gate·x > 0."""
     path, hf = models["relu"]
-    toks = prompt(20, seed=6)
+    toks = random_prompt(20, seed=6)
     _, c = run_prompt(path, "exact", toks, stats=True)
     x0 = ffn_inputs(hf, toks)[0]
     g = x0 @ hf.model.layers[0].mlp.gate_proj.weight.detach().double().numpy().T
@@ -161,11 +148,11 @@ def test_predictor_superset_equals_dense(models, kind):
     d = models["dir"]
     preds = exact_predictor(path, gated=kind != "falcon_relu")
     pp = extgguf.add_sparse(path, str(d / f"{kind}_pred.gguf"), predictors=preds, threshold=-1e-3)
-    toks = prompt(20, seed=7)
+    toks = random_prompt(20, seed=7)
     dense, _ = run_prompt(path, "off", toks)
     pred, c = run_prompt(pp, "auto", toks, stats=True, verify=True)
     assert c.sparse_mode == "predictor"
-    assert rel(pred, dense) <= RTOL
+    assert rel_err(pred, dense) <= RTOL
     st = c.sparse_stats()
     assert all(l["recall"] == 1.0 for l in st["layers"])
     assert st["n_verified"] == len(toks) and st["n_argmax_agree"] == len(toks)
@@ -173,7 +160,7 @@ def test_predictor_superset_equals_dense(models, kind):
     assert st["flops_predictor"] > 0
     sd, gd = run_steps(path, "off", toks[:5], 8)
     sp, gp = run_steps(pp, "predictor", toks[:5], 8)
-    assert gp == gd and rel(sp, sd) <= RTOL
+    assert gp == gd and rel_err(sp, sd) <= RTOL
 
 
 def test_predictor_recall_matches_numpy(models):
@@ -192,7 +179,7 @@ def test_predictor_recall_matches_numpy(models):
     # the superset layers need a threshold below 0 on their exact scores: fold it into a scale
     preds = [(a, b * (1.0 if il == L - 1 else 1e4)) for il, (a, b) in enumerate(preds)]
     pp = extgguf.add_sparse(path, str(models["dir"] / "relu_lossy.gguf"), predictors=preds, threshold=thr)
-    toks = prompt(24, seed=8)
+    toks = random_prompt(24, seed=8)
     logits, c = run_prompt(pp, "predictor", toks, stats=True, verify=True)
     dense, _ = run_prompt(path, "off", toks)
     st = c.sparse_stats()
@@ -249,7 +236,7 @@ def test_calibrate_and_threshold_mode(models):
                 assert 1 - l["active_frac"] == pytest.approx(target, abs=0.06)
         got, c = run_prompt(out, "auto", toks[:64])
         assert c.sparse_mode == "threshold"
-        errs[target] = rel(got, dense)
+        errs[target] = rel_err(got, dense)
     assert errs[0.0] <= RTOL  # threshold 0 is the dense function
     assert errs[0.3] <= errs[0.5] <= errs[0.8]
     assert errs[0.3] < 0.25
@@ -261,20 +248,20 @@ def test_threshold_batch_equals_token_by_token(models):
     path = models["silu"][0]
     out = str(models["dir"] / "silu_tb.gguf")
     calibrate.calibrate(path, 0.6, text=TEXT, out=out, n_tokens=128, n_ctx=128, n_threads=2)
-    toks = prompt(12, seed=9)
+    toks = random_prompt(12, seed=9)
     batch, _ = run_prompt(out, "threshold", toks)
     c = ctx(out, "threshold")
     steps = []
     for t in toks:
         c.decode([t], all_logits=False)
         steps.append(c.logits().copy())
-    assert rel(np.stack(steps), batch) <= RTOL
+    assert rel_err(np.stack(steps), batch) <= RTOL
 
 
 def test_profile_engine_counts(models):
     """Per-neuron counts from the observer: layer 0 against numpy on HF's inputs."""
     path, hf = models["relu"]
-    toks = prompt(40, seed=12)
+    toks = random_prompt(40, seed=12)
     res = calibrate.profile_engine(path, tokens=toks, n_ctx=64)
     x0 = ffn_inputs(hf, toks)[0]
     g = x0 @ hf.model.layers[0].mlp.gate_proj.weight.detach().double().numpy().T
@@ -321,7 +308,7 @@ def test_llama_class_sparse(models):
     path = models["relu"][0]
     with Llama(path, n_ctx=64, n_threads=2, sparse="auto", sparse_stats=True) as llm:
         assert llm.sparse_mode == "exact"
-        llm.eval(prompt(10, seed=3))
+        llm.eval(random_prompt(10, seed=3))
         st = llm.sparse_stats()
         assert st["mode"] == "exact" and len(st["layers"]) == 2 and st["layers"][0]["n_tokens"] == 10
     with pytest.raises(ValueError, match="ReLU-family"):
@@ -387,7 +374,7 @@ def test_sparse_context_moves_ffn_weights_to_huge_pages(models):
     mode a gate/up bundle instead of gate and up. A dense context of the same
     model computes the same bits before and after."""
     path = models["relu_down_t"][0]
-    toks = prompt(12, seed=9)
+    toks = random_prompt(12, seed=9)
     m = _core.Model(path)
     assert m.ffn_page_bytes() == (0, 0)
     dense = _core.Context(m, 64, 512, 2)
@@ -417,14 +404,15 @@ def test_predictor_mode_reads_a_gate_up_bundle(models):
     c = ctx(m, "predictor")
     moved, _ = m.ffn_page_bytes()
     r = _core.GGUFReader(pp)
-    size = lambda k: sum(t.nbytes for t in r.tensors if t.name.split(".")[-2] == k)
+    def size(k):
+        return sum(t.nbytes for t in r.tensors if t.name.split(".")[-2] == k)
     # down and the predictors, plus gate and up once (as the bundle)
     need = size("ffn_gate") + size("ffn_up") + size("ffn_down") + size("fc1") + size("fc2")
     assert need <= moved < need + 2 * 4 * 2 ** 20 + 64 * len(r.tensors)
-    toks = prompt(10, seed=3)
+    toks = random_prompt(10, seed=3)
     c.decode(toks, all_logits=True)
     dense, _ = run_prompt(path, "off", toks)
-    assert rel(c.logits_all().copy(), dense) <= RTOL
+    assert rel_err(c.logits_all().copy(), dense) <= RTOL
 
 
 def test_predictor_mode_fused_bundle_with_down_t(models):
@@ -437,17 +425,18 @@ def test_predictor_mode_fused_bundle_with_down_t(models):
     m = _core.Model(pp)
     c = ctx(m, "predictor", stats=True)
     r = _core.GGUFReader(pp)
-    size = lambda k: sum(t.nbytes for t in r.tensors if t.name.split(".")[-2] == k)
+    def size(k):
+        return sum(t.nbytes for t in r.tensors if t.name.split(".")[-2] == k)
     need = size("ffn_gate") + size("ffn_up") + size("ffn_down_t") + size("ffn_down") + size("fc1") + size("fc2")
     moved, _ = m.ffn_page_bytes()
     assert need <= moved < need + 2 * 4 * 2 ** 20 + 64 * len(r.tensors)  # down_t only once: in the bundle
-    toks = prompt(20, seed=4)
+    toks = random_prompt(20, seed=4)
     c.decode(toks, all_logits=True)  # a 20-token prompt: the strided-view path
     dense, _ = run_prompt(path, "off", toks)
-    assert rel(c.logits_all().copy(), dense) <= RTOL
+    assert rel_err(c.logits_all().copy(), dense) <= RTOL
     sd, gd = run_steps(path, "off", toks[:5], 8)  # decoding: the fused op
     sp, gp = run_steps(pp, "predictor", toks[:5], 8)
-    assert gp == gd and rel(sp, sd) <= RTOL
+    assert gp == gd and rel_err(sp, sd) <= RTOL
 
 
 def test_precision_high_reaches_the_fused_ffn(models):
@@ -470,17 +459,18 @@ def test_precision_high_reaches_the_fused_ffn(models):
             tensors[t.name] = extgguf.encode(extgguf.to_f32(t), q8)
         elif kind == "ffn_down":
             w = extgguf.to_f32(t)
-            pm = np.where(w >= 0, 1.0, -1.0).astype(np.float32) * np.float32(np.sqrt(np.mean(w.astype(np.float64) ** 2)))
+            rms = np.float32(np.sqrt(np.mean(w.astype(np.float64) ** 2)))
+            pm = np.where(w >= 0, 1.0, -1.0).astype(np.float32) * rms
             tensors[t.name] = extgguf.encode(pm, q8)
             tensors[t.name.replace("ffn_down", "ffn_down_t")] = extgguf.encode(np.ascontiguousarray(pm.T), q8)
     qp = extgguf.rewrite(path, str(d / "relu_dt_q8.gguf"), tensors)
     pp = extgguf.add_sparse(qp, str(d / "relu_dt_q8_pred.gguf"), predictors=exact_predictor(qp, gated=True),
                             threshold=-1e-3)
-    toks = prompt(5, seed=8)
+    toks = random_prompt(5, seed=8)
     hi, g_hi = run_steps(qp, "off", toks, 8, "high")
     fast, _ = run_steps(qp, "off", toks, 8, "fast")
     pred, g_pred = run_steps(pp, "predictor", toks, 8, "high")
-    gap_8bit = rel(fast, hi)
+    gap_8bit = rel_err(fast, hi)
     assert gap_8bit > 1e-3  # 8-bit activations are visibly off on this model
     assert g_pred == g_hi
-    assert rel(pred, hi) <= gap_8bit / 20, (rel(pred, hi), gap_8bit)
+    assert rel_err(pred, hi) <= gap_8bit / 20, (rel_err(pred, hi), gap_8bit)

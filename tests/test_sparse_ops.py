@@ -300,7 +300,8 @@ def test_down_dense_path(wtype, T, b0, b1):
         y = run("sparse_down", [wt, h, idx, wd], {"begin": begin, "end": end, "mode": mode}).reshape(T, d)
         ref_sparse = hm @ wt64
         # the dense path sees h as the dot kernel does (quantized to vec_dot_type)
-        ref_dense = act_as_seen(wtype, hm[:, begin:end].astype(np.float32)) @ wd64.T[begin:end] if end > begin else np.zeros((T, d))
+        ref_dense = (act_as_seen(wtype, hm[:, begin:end].astype(np.float32)) @ wd64.T[begin:end] if end > begin
+                     else np.zeros((T, d)))
         mag_s = np.abs(hm) @ np.abs(wt64)
         mag_d = np.abs(hm[:, begin:end]) @ np.abs(wd64.T[begin:end]) if end > begin else np.zeros((T, d))
         ok_s = np.all(np.abs(y - ref_sparse) <= 1.2e-7 * (len(use) + 4) * mag_s + 1e-30)
@@ -393,7 +394,8 @@ def test_bad_index_lists_and_ranges():
     with pytest.raises(ValueError, match="count"):
         _core.run_op("mul_mat_sparse_rows", [w, x, np.array([[9, 0, 1, 2, 3, 4]], np.int32)])
     with pytest.raises(ValueError, match="begin"):
-        _core.run_op("mul_mat_sparse_rows", [w, x, np.array([[0, -1, -1, -1, -1, -1]], np.int32)], {"begin": 3, "end": 2})
+        _core.run_op("mul_mat_sparse_rows", [w, x, np.array([[0, -1, -1, -1, -1, -1]], np.int32)],
+                     {"begin": 3, "end": 2})
     with pytest.raises(ValueError, match="differ"):
         _core.run_op("mul_mat_sparse_rows", [w, np.ones((1, 64), np.float32), np.zeros((1, 6), np.int32)])
     with pytest.raises(ValueError, match="idx"):
@@ -401,7 +403,8 @@ def test_bad_index_lists_and_ranges():
     with pytest.raises(ValueError, match="end <= n"):  # the weight holds 5 neurons, whatever the list spans
         _core.run_op("sparse_down", [w, np.ones((1, 5), np.float32), np.zeros((1, 9), np.int32)], {"end": 8})
     with pytest.raises(ValueError, match="w_down"):
-        _core.run_op("sparse_down", [w, np.ones((1, 5), np.float32), np.zeros((1, 6), np.int32), np.ones((5, 32), np.float32)])
+        _core.run_op("sparse_down", [w, np.ones((1, 5), np.float32), np.zeros((1, 6), np.int32),
+                                     np.ones((5, 32), np.float32)])
     with pytest.raises(ValueError, match="mode"):
         _core.run_op("sparse_down", [w, np.ones((1, 5), np.float32), np.zeros((1, 6), np.int32)], {"mode": 3})
 
@@ -557,7 +560,8 @@ def test_sparse_ffn_bundle(wtype, T, density):
             h = ACTS[name](gv) * uv
         ref = h @ d64[act]
         with np.errstate(over="ignore"):
-            mag = np.abs(h) @ np.abs(d64[act]) + np.abs(ACTS[name](gv)) * (np.abs(xs) @ np.abs(u64[act]).T) @ np.abs(d64[act])
+            mag = (np.abs(h) @ np.abs(d64[act])
+                   + np.abs(ACTS[name](gv)) * (np.abs(xs) @ np.abs(u64[act]).T) @ np.abs(d64[act]))
         assert np.all(np.abs(y - ref) <= 2e-5 * mag + 1e-30), (wtype, name, np.abs(y - ref).max())
         if len(act) == 0:
             assert np.all(y == 0.0)
@@ -758,7 +762,8 @@ def test_ranges_sparse_ffn_bundle(ffn_weights, wtype, T):
                 assert np.all(np.abs(y - ref) <= 3e-5 * mag + 1e-30), (wtype, b, e, nw, "dense")
             else:
                 ref = h @ t64[use]
-                mag = np.abs(h) @ np.abs(t64[use]) + np.abs(ACTS["swiglu"](gv)) * (np.abs(xs) @ np.abs(u64[use]).T) @ np.abs(t64[use])
+                mag = (np.abs(h) @ np.abs(t64[use])
+                       + np.abs(ACTS["swiglu"](gv)) * (np.abs(xs) @ np.abs(u64[use]).T) @ np.abs(t64[use]))
                 assert np.all(np.abs(y - ref) <= 2e-5 * mag + 1e-30), (wtype, b, e, nw, "sparse")
 
 

@@ -18,14 +18,14 @@ import subprocess
 import sys
 import unicodedata
 
+import gguf
 import pytest
+import tokenizers
+import transformers
+from tokenizers import Regex, pre_tokenizers  # noqa: E402
 
 from pinfer import _core, datasets
-
-import transformers
-import tokenizers
-import gguf
-from tokenizers import Regex, pre_tokenizers  # noqa: E402
+from pinfer.gguf_layout import bytes_to_unicode
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -41,7 +41,8 @@ EDGE = [
     "Hello, world!", "don't I'LL we've they'RE 's 'S 'Ve", "\u017f'\u017f '\u017f", "Mr.Darcy's", "'''",
     "\U0001F600 emoji \U0001F389\U0001F389 \U0001F468\u200d\U0001F469\u200d\U0001F467",
     "\u4e2d\u6587\u5b57\u7b26 \u65e5\u672c\u8a9e \ud55c\uad6d\uc5b4", "caf\u00e9 na\u00efve r\u00e9sum\u00e9",
-    "e\u0301 a\u0308 n\u0303 \u0915\u093f", "\u05e9\u05dc\u05d5\u05dd \u05e2\u05d5\u05dc\u05dd \u0645\u0631\u062d\u0628\u0627",
+    "e\u0301 a\u0308 n\u0303 \u0915\u093f",
+    "\u05e9\u05dc\u05d5\u05dd \u05e2\u05d5\u05dc\u05dd \u0645\u0631\u062d\u0628\u0627",
     "<|im_start|>user\nHi<|im_end|>\n", "<|im_start|><|im_end|>", "x<|endoftext|>y", "<|im_start", "<s>x</s>",
     "\u00a0nbsp\u00a0 \u3000ideo\u2003em", "\u200bzw\u200b", "\x85 \x0b\x0c\r\n", "\u2028\u2029", "\ufeffbom",
     "\u00bd \u00b2 \u00b3 \u216b \u2460", "...!!??", " ... ", "$100 @user #tag", "A" * 300, "\x00\x01\x7f",
@@ -187,8 +188,9 @@ def test_falcon_bpe_austen_ids_match_hf(austen):
     tokenizers library's."""
     import json
 
-    import tinymodel
     from tokenizers import Tokenizer, decoders, models, trainers
+
+    import tinymodel
 
     tk = Tokenizer(models.BPE())
     tk.pre_tokenizer = tinymodel.falcon_pre_tokenizer()
@@ -250,10 +252,7 @@ def test_gpt2_pretokenizer_matches_hf_gguf_loader(smol, austen):
 def test_smollm2_roundtrip_and_pieces(smol):
     v, reader = smol["vocab"], smol["reader"]
     tokens = _field(reader, "tokenizer.ggml.tokens")
-    # GPT-2's bytes_to_unicode, to list the bytes the vocabulary has no token for
-    keep = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    moved = [b for b in range(256) if b not in keep]
-    char = {b: chr(b) for b in keep} | {b: chr(256 + k) for k, b in enumerate(moved)}
+    char = bytes_to_unicode()  # to list the bytes the vocabulary has no token for
     missing = [b for b in range(256) if char[b] not in tokens]
     assert 0x1D in missing and ord("a") not in missing
     for text in EDGE:

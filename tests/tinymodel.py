@@ -7,18 +7,18 @@ byte-level BPE ("gpt2" model): the 256 byte tokens, a few merges, and the chatml
 special tokens, with a chatml chat template.
 
 Layout facts used (from the GGUF spec / llama.cpp converter):
-- GGUF's llama architecture applies RoPE to adjacent pairs (2i, 2i+1) of each
-  head, HF's Llama to the halves (i, i + d/2). The converter therefore permutes
-  the rows of q_proj and k_proj within each head, mapping HF row (h*d + j*d/2 + i)
-  to GGUF row (h*d + 2i + j); with that, both compute the same function.
+- q_proj and k_proj rows are permuted within each head for GGUF's RoPE pairs, and
+  token text is in GPT-2's byte alphabet, as the converter does (pinfer.gguf_layout).
 - numpy arrays of shape [out, in] are stored with ne = [in, out] (row-major).
 """
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
+
+from pinfer.gguf_layout import bytes_to_unicode, permute_rope_rows
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -31,19 +31,6 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 # A few merges of common English pairs (in GPT-2's byte-to-unicode alphabet: Ġ is a space).
 MERGES = ["Ġ t", "h e", "i n", "Ġ a", "e r", "o n", "r e", "Ġt he", "a n", "Ġ s", "o u", "Ġ w", "e n", "in g"]
-
-
-def bytes_to_unicode() -> Dict[int, str]:
-    """GPT-2's reversible map from bytes to printable unicode characters."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
 
 
 def byte_bpe_vocab(merges: Optional[List[str]] = None) -> Tuple[List[str], List[int], List[str]]:
@@ -103,12 +90,6 @@ def make_hf_model(n_embd: int = 64, n_layer: int = 2, n_head: int = 4, n_head_kv
                 p.copy_(torch.randn(p.shape, generator=g) / np.sqrt(p.shape[1]))
     model = model.float().eval()
     return model
-
-
-def _permute_rope_rows(w: np.ndarray, n_head: int) -> np.ndarray:
-    """HF (halves) -> GGUF (adjacent pairs) row order within each head."""
-    d = w.shape[0] // n_head
-    return w.reshape(n_head, 2, d // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
 def write_gguf(model, path: str, ffn_act: str = "silu", chat_template: Optional[str] = CHATML_TEMPLATE,
@@ -178,8 +159,8 @@ def write_gguf(model, path: str, ffn_act: str = "silu", chat_template: Optional[
     for i in range(cfg.num_hidden_layers):
         p = f"model.layers.{i}."
         t(f"blk.{i}.attn_norm.weight", sd[p + "input_layernorm.weight"])
-        t(f"blk.{i}.attn_q.weight", _permute_rope_rows(sd[p + "self_attn.q_proj.weight"], n_head))
-        t(f"blk.{i}.attn_k.weight", _permute_rope_rows(sd[p + "self_attn.k_proj.weight"], n_head_kv))
+        t(f"blk.{i}.attn_q.weight", permute_rope_rows(sd[p + "self_attn.q_proj.weight"], n_head))
+        t(f"blk.{i}.attn_k.weight", permute_rope_rows(sd[p + "self_attn.k_proj.weight"], n_head_kv))
         t(f"blk.{i}.attn_v.weight", sd[p + "self_attn.v_proj.weight"])
         t(f"blk.{i}.attn_output.weight", sd[p + "self_attn.o_proj.weight"])
         t(f"blk.{i}.ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])

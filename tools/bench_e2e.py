@@ -30,9 +30,8 @@ import re
 import statistics
 import subprocess
 import sys
-import time
 
-from benchinfo import cpu_model, loadavg
+from benchinfo import cpu_model, loadavg, print_table, write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROMPT = "The quick brown fox jumps over the lazy dog"  # 38 tokens of the byte-level vocab
@@ -142,7 +141,7 @@ def main(argv=None) -> int:
     # text of each sparse mode with dense (exact mode must match it).
     log("warm-up ...")
     checks = {}
-    for s, (plain, ext, _) in files.items():
+    for s, (_plain, ext, _) in files.items():
         _, dense_text, _ = pin.run(ext, "dense", threads[0])
         for mode in modes:
             _, text, _ = pin.run(ext, mode, threads[0])
@@ -188,7 +187,8 @@ def main(argv=None) -> int:
     print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs; decode {args.n} tokens; {args.rounds} rounds; "
           f"1-min load average before each run: median {med(loads):.2f}, min {min(loads):.2f}, max {max(loads):.2f}")
     first = files[sparsities[0]]
-    print(f"model: {args.layers} layers of LLaMA-7B shape, {args.type}, plain {os.path.getsize(first[0]) / 2**30:.2f} GiB, "
+    print(f"model: {args.layers} layers of LLaMA-7B shape, {args.type}, "
+          f"plain {os.path.getsize(first[0]) / 2**30:.2f} GiB, "
           f"extended {os.path.getsize(first[1]) / 2**30:.2f} GiB")
     out = {"machine": cpu_model(), "threads": threads, "n": args.n, "rounds": args.rounds, "loads": loads,
            "llama_cpp_pp32": pp, "llama_cpp_tg": {}, "rows": []}
@@ -200,10 +200,7 @@ def main(argv=None) -> int:
             out["llama_cpp_tg"][t] = v
             print(f"llama.cpp tg{args.n} (plain file{', --poll ' + args.llama_poll if lb_extra else ''}): "
                   f"median {ll:.2f} tok/s, best {max(v):.2f}; pp32 {pp[t]:.1f} tok/s\n")
-        print("| target sparsity | measured sparsity | runtime sparsity | pinfer mode | tok/s median | best "
-              "| vs pinfer dense (medians) | (best) | (paired per round, median) | vs llama.cpp (medians) | (best) "
-              "| greedy text = dense |")
-        print("|" + "---|" * 12)
+        table = []
         for s in sparsities:
             meas = files[s][2]["measured"]["sparsity_mean"]
             rt = runtime.get(s, float("nan"))
@@ -215,21 +212,22 @@ def main(argv=None) -> int:
                 paired = med([a / b for a, b in zip(v, dv)])
                 if args.llama_bench:
                     lv = results[("llama.cpp", None, "tg", t)]
-                    vsl = f"{med(v) / ll:.2f}x | {max(v) / max(lv):.2f}x"
+                    vsl = [f"{med(v) / ll:.2f}x", f"{max(v) / max(lv):.2f}x"]
                 else:
-                    vsl = "- | -"
-                print(f"| {s:.2f} | {meas:.3f} | {rt:.3f} | {mode} | {med(v):.2f} | {max(v):.2f} | {med(v) / dense:.2f}x | "
-                      f"{max(v) / max(dv):.2f}x | {paired:.2f}x | {vsl} | {same} |")
+                    vsl = ["-", "-"]
+                table.append([f"{s:.2f}", f"{meas:.3f}", f"{rt:.3f}", mode, f"{med(v):.2f}", f"{max(v):.2f}",
+                              f"{med(v) / dense:.2f}x", f"{max(v) / max(dv):.2f}x", f"{paired:.2f}x", *vsl, same])
                 out["rows"].append({"threads": t, "sparsity": s, "measured_sparsity": meas, "runtime_sparsity": rt,
                                     "mode": mode, "tok_s": v,
                                     "same_text_as_dense": checks.get((s, mode))})
+        print_table(["target sparsity", "measured sparsity", "runtime sparsity", "pinfer mode", "tok/s median", "best",
+                     "vs pinfer dense (medians)", "(best)", "(paired per round, median)", "vs llama.cpp (medians)",
+                     "(best)", "greedy text = dense"], table)
     for (s, mode), lines in stats.items():
         print(f"\n--sparse-stats s={s:.2f} {mode}:")
         for ln in lines:
             print("   " + ln)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(out, fh, indent=1)
+    write_json(args.json, out)
     return 0
 
 if __name__ == "__main__":

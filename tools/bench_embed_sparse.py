@@ -28,6 +28,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import make_bench_model  # noqa: E402,F401  (imports pinfer; PINFER_BUILD_DIR support)
+from benchinfo import table_head  # noqa: E402
 from pinfer import _core, extgguf  # noqa: E402
 
 PROMPT = "It is a truth universally acknowledged, that a single man in possession of a good fortune"
@@ -57,8 +58,9 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
 
-    print("| file | type | greedy tokens exact = dense | first difference | dense tok/s | exact tok/s | exact/dense | measured FFN sparsity (per layer) |")
-    print("|---|---|---|---|---:|---:|---:|---|")
+    print("\n".join(table_head(["file", "type", "greedy tokens exact = dense", "first difference", "dense tok/s",
+                                "exact tok/s", "exact/dense", "measured FFN sparsity (per layer)"],
+                               ["---"] * 4 + ["---:"] * 3 + ["---"])))
     with tempfile.TemporaryDirectory() as tmp:
         for path in args.models:
             ext = os.path.join(tmp, os.path.basename(path) + ".down_t.gguf")

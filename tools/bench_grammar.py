@@ -12,7 +12,6 @@ import argparse
 import time
 
 from benchinfo import cpu_model
-
 from pinfer import Llama, LlamaGrammar
 from pinfer import grammar as G
 

@@ -20,9 +20,8 @@ import time
 
 import numpy as np
 
-from pinfer import _core
-
 from benchinfo import cpu_model
+from pinfer import _core
 
 
 def decode_rate(m, n_tokens, prompt_len, **kw):
@@ -34,7 +33,7 @@ def decode_rate(m, n_tokens, prompt_len, **kw):
     c.reset_timings()
     c.reset_transfer_stats()
     t0 = time.perf_counter()
-    for i in range(n_tokens):
+    for _ in range(n_tokens):
         c.decode([int(np.argmax(c.logits()))])
     dt = time.perf_counter() - t0
     return n_tokens / dt, c
@@ -101,10 +100,12 @@ def main(argv=None) -> int:
     hybrid_layers = sum(1 for on, k in plan if on and k < m.n_ff) or 1
     d = m.n_embd
     pi_bytes = 0.4e6 * (d / 5120)  # PowerInfer: ~0.4 MB per 13B layer (d = 5120), scaled by d
-    print(f"4. traffic per token: {st['bytes_h2d'] / g / 1024:.1f} KiB to the device, {st['bytes_d2h'] / g / 1024:.1f} KiB "
+    print(f"4. traffic per token: {st['bytes_h2d'] / g / 1024:.1f} KiB to the device, "
+          f"{st['bytes_d2h'] / g / 1024:.1f} KiB "
           f"back, {st['n_copies'] / g:.1f} copies, {st['n_waits'] / g:.1f} event waits, {st['n_syncs'] / g:.1f} syncs; "
           f"per hybrid layer {(st['bytes_h2d'] + st['bytes_d2h']) / g / hybrid_layers / 1024:.1f} KiB and "
-          f"{st['n_waits'] / g / hybrid_layers:.2f} waits (PowerInfer: ~{pi_bytes / 1024:.0f} KiB and >= 4 device syncs)")
+          f"{st['n_waits'] / g / hybrid_layers:.2f} waits (PowerInfer: "
+          f"~{pi_bytes / 1024:.0f} KiB and >= 4 device syncs)")
 
     # 5. a prompt batch: stream the cold rows or compute them on the CPU
     ns_per_byte = 1.0 / a.pcie_gbs
@@ -113,7 +114,8 @@ def main(argv=None) -> int:
                           sim_copy_ns_per_byte=ns_per_byte) for _ in range(a.reps)]
         t, c = min(ts, key=lambda x: x[0])
         s = c.transfer_stats(False)
-        print(f"5. prompt of {a.prompt} tokens, {what}: {1e3 * t:.1f} ms, {s['bytes_h2d'] / 2**20:.1f} MiB to the device "
+        print(f"5. prompt of {a.prompt} tokens, {what}: {1e3 * t:.1f} ms, "
+              f"{s['bytes_h2d'] / 2**20:.1f} MiB to the device "
               f"(charged at {a.pcie_gbs:g} GB/s + {a.latency_us:g} us per copy)")
     return 0
 

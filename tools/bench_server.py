@@ -23,12 +23,12 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import httpx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchinfo import cpu_model, loadavg  # noqa: E402
+from benchinfo import cpu_model, loadavg, percentile, print_table, write_json  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROMPTS = ["It is a truth universally acknowledged that", "The history of the Roman empire begins",
@@ -109,10 +109,10 @@ def measure(url: str, streams: List[int], n: int, rounds: int) -> Dict[int, Dict
             dec.append(sum(o["decode_rate"] for o in out))
             ttft += [o["ttft"] for o in out]
         ttft.sort()
-        q = lambda p: ttft[min(len(ttft) - 1, int(round(p * (len(ttft) - 1))))]  # noqa: E731
-        res[k] = {"tok_s": max(tps), "decode_tok_s": max(dec), "ttft_p50_ms": 1e3 * q(0.5),
-                  "ttft_p99_ms": 1e3 * q(0.99)}
-        print(f"  {k} streams: {res[k]['tok_s']:7.1f} tok/s wall, {res[k]['decode_tok_s']:7.1f} decode  TTFT p50 {res[k]['ttft_p50_ms']:7.1f} ms  "
+        res[k] = {"tok_s": max(tps), "decode_tok_s": max(dec), "ttft_p50_ms": 1e3 * percentile(ttft, 0.5),
+                  "ttft_p99_ms": 1e3 * percentile(ttft, 0.99)}
+        print(f"  {k} streams: {res[k]['tok_s']:7.1f} tok/s wall, "
+              f"{res[k]['decode_tok_s']:7.1f} decode  TTFT p50 {res[k]['ttft_p50_ms']:7.1f} ms  "
               f"p99 {res[k]['ttft_p99_ms']:7.1f} ms", file=sys.stderr, flush=True)
     return res
 
@@ -163,11 +163,12 @@ def main() -> int:
           f"{results['load_after']:.1f} after; {a.tokens} tokens per stream, -t {a.threads}, "
           f"pinfer --precision {a.precision}")
     names = [k for k in ("pinfer", "llama-server") if k in results]
-    head = "| streams | " + " | ".join(f"{n} decode tok/s | x1 | wall tok/s | TTFT p50 / p99 ms" for n in names)
+    head = ["streams"]
+    for n in names:
+        head += [f"{n} decode tok/s", "x1", "wall tok/s", "TTFT p50 / p99 ms"]
     if len(names) == 2:
-        head += " | decode pinfer / llama-server"
-    print(head + " |")
-    print("|" + "---|" * (1 + 4 * len(names) + (len(names) == 2)))
+        head.append("decode pinfer / llama-server")
+    rows = []
     for k in a.streams:
         row = [str(k)]
         for n in names:
@@ -176,10 +177,9 @@ def main() -> int:
                     f"{r['tok_s']:.1f}", f"{r['ttft_p50_ms']:.0f} / {r['ttft_p99_ms']:.0f}"]
         if len(names) == 2:
             row.append(f"{results['pinfer'][k]['decode_tok_s'] / results['llama-server'][k]['decode_tok_s']:.2f}")
-        print("| " + " | ".join(row) + " |")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(results, f, indent=1)
+        rows.append(row)
+    print_table(head, rows)
+    write_json(a.json, results)
     return 0
 
 

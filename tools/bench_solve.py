@@ -91,7 +91,8 @@ def main():
     print(f"instance: {model.n_layer} layers x {model.n_ff[0]} neurons, group {a.group}, "
           f"{sum(s.size for s in inst.sizes)} groups; FFN {ffn / S.GIB:.1f} GiB, resident "
           f"{inst.resident_bytes / S.GIB:.2f} GiB; m_l {min(inst.min_neurons)}..{max(inst.min_neurons)}; "
-          f"build {t_build:.2f} s; hw {hw.name} (sync {hw.sync_us} us); mixed {a.mixed}; formulation {a.formulation}; balance {a.balance}")
+          f"build {t_build:.2f} s; hw {hw.name} (sync {hw.sync_us} us); mixed {a.mixed}; "
+          f"formulation {a.formulation}; balance {a.balance}")
     print(f"{'budget GiB':>10} {'ILP s':>7} {'status':>10} {'MIP gap':>9} {'ILP objective':>14} "
           f"{'greedy obj':>12} {'ILP/greedy':>11} {'greedy s':>9} {'GPU mass':>9} {'layers':>6}")
     for B in a.budgets:

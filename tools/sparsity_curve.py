@@ -22,6 +22,7 @@ if os.environ.get("PINFER_BUILD_DIR"):
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     import conftest  # noqa: F401,E402  (imports pinfer from the build dir)
 
+from benchinfo import table_head  # noqa: E402
 from pinfer import _core, calibrate, datasets, extgguf, perplexity  # noqa: E402
 
 TARGETS = [0.0, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9]
@@ -88,8 +89,8 @@ def main(argv=None):
         "",
         f"Produced by `{cmd}`.",
         "",
-        "| mode | target sparsity | measured sparsity | perplexity | ± | FFN FLOPs vs dense (batch of 256) | FFN FLOPs vs dense (decode) |",
-        "|---|---|---|---|---|---|---|",
+        *table_head(["mode", "target sparsity", "measured sparsity", "perplexity", "±",
+                     "FFN FLOPs vs dense (batch of 256)", "FFN FLOPs vs dense (decode)"]),
     ]
     for label, t, s, ppl, err, fl in rows:
         dec = (1 + 2 * (1 - s)) / 3

@@ -55,10 +55,11 @@ import argparse
 import json
 import os
 import sys
-from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 
+from .gguf_layout import permute_rope_rows
 from .outfile import atomic_output, check_output
 
 TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
@@ -151,6 +152,7 @@ class _Weights:
 
     def __init__(self, hf_dir: str):
         files = sorted(f for f in os.listdir(hf_dir) if f.endswith(".safetensors"))
+        readers: List[Union[_SafetensorsFile, _TorchFile]]
         if files:
             readers = [_SafetensorsFile(os.path.join(hf_dir, f)) for f in files]
         else:
@@ -182,19 +184,6 @@ class _Weights:
 
 
 # ---------------------------------------------------------------- tokenizer
-
-def _bytes_to_unicode() -> Dict[int, str]:
-    """GPT-2's reversible byte -> printable character map (byte-level BPE alphabet)."""
-    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-    cs = bs[:]
-    k = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + k)
-            k += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
-
 
 # Split regexes of known byte-level BPE pre-tokenizers -> tokenizer.ggml.pre
 _LLAMA3_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -397,6 +386,8 @@ def _rope_meta(cfg: dict, n_rot: int, layer_type: Optional[str] = None) -> Tuple
         meta.update({"rope.scaling.type": "linear", "rope.scaling.factor": float(p["factor"])})
     elif kind == "llama3":
         factor, lo, hi = float(p["factor"]), float(p["low_freq_factor"]), float(p["high_freq_factor"])
+        if orig is None:
+            raise ConvertError("llama3 rope_parameters need original_max_position_embeddings")
         old = float(orig)
         wavelen = 2 * np.pi / inv
         smooth = np.clip((old / wavelen - lo) / (hi - lo), 0.0, 1.0)  # 0: interpolate by factor, 1: keep
@@ -435,14 +426,13 @@ def _rope_meta(cfg: dict, n_rot: int, layer_type: Optional[str] = None) -> Tuple
     return meta, tensors
 
 
-def _permute_rope_rows(w: np.ndarray, n_head: int) -> np.ndarray:
-    """HF (rotate halves) -> GGUF llama (rotate adjacent pairs) row order per head."""
-    d = w.shape[0] // n_head
-    return w.reshape(n_head, 2, d // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
 # (gguf name, hf name or None for a tensor made here, producer)
 Plan = List[Tuple[str, Optional[str], Callable[[], np.ndarray]]]
+
+
+def _constant(a: np.ndarray) -> Callable[[], np.ndarray]:
+    """The producer of a tensor the converter made itself."""
+    return lambda: a
 
 
 class _Family(NamedTuple):
@@ -522,10 +512,10 @@ def _llama_like(cfg: dict, fam: _Family, w: _Weights, ffn_act: Optional[str]) ->
         window = None
     extra: Dict[str, np.ndarray] = {}
     if fam.window == "pattern":
-        p = fam.swa_pattern
-        expect = ["sliding_attention" if i % p < p - 1 else "full_attention" for i in range(n_layer)]
+        period = fam.swa_pattern
+        expect = ["sliding_attention" if i % period < period - 1 else "full_attention" for i in range(n_layer)]
         if layer_types is not None and list(layer_types) != expect:
-            raise ConvertError(f"{arch} layer_types {layer_types} differ from the {p - 1}:1 local/global pattern "
+            raise ConvertError(f"{arch} layer_types {layer_types} differ from the {period - 1}:1 local/global pattern "
                                "llama.cpp assumes for this architecture")
         rope, extra = _rope_meta(cfg, n_rot, "full_attention")
         if "sliding_attention" in (cfg.get("rope_parameters") or {}):
@@ -558,8 +548,8 @@ def _llama_like(cfg: dict, fam: _Family, w: _Weights, ffn_act: Optional[str]) ->
                 return (f(a) if f else a) + 1.0
         plan.append((dst, src, (lambda: fn(w.get(src))) if fn else (lambda: w.get(src))))
 
-    for dst, a in extra.items():
-        plan.append((dst, None, (lambda a=a: a)))
+    for dst, made in extra.items():
+        plan.append((dst, None, _constant(made)))
     add("token_embd.weight", "model.embed_tokens.weight")
     for i in range(n_layer):
         p, b = f"model.layers.{i}.", f"blk.{i}."
@@ -567,8 +557,8 @@ def _llama_like(cfg: dict, fam: _Family, w: _Weights, ffn_act: Optional[str]) ->
         if fam.fused:
             add(b + "attn_qkv.weight", p + "self_attn.qkv_proj.weight")
         elif fam.permute_qk:
-            add(b + "attn_q.weight", p + "self_attn.q_proj.weight", lambda a: _permute_rope_rows(a, n_head))
-            add(b + "attn_k.weight", p + "self_attn.k_proj.weight", lambda a: _permute_rope_rows(a, n_head_kv))
+            add(b + "attn_q.weight", p + "self_attn.q_proj.weight", lambda a: permute_rope_rows(a, n_head))
+            add(b + "attn_k.weight", p + "self_attn.k_proj.weight", lambda a: permute_rope_rows(a, n_head_kv))
         else:
             add(b + "attn_q.weight", p + "self_attn.q_proj.weight")
             add(b + "attn_k.weight", p + "self_attn.k_proj.weight")
@@ -818,6 +808,7 @@ def convert(hf_dir: str, out_path: str, type: str = "f16", ffn_act: Optional[str
             a = np.ascontiguousarray(fn(), dtype=np.float32)
             if not np.all(np.isfinite(a)):
                 raise ConvertError(f"tensor {dst} holds NaN or infinite values")
+            out: np.ndarray
             if t == "f32":
                 out = a
             elif t == "f16":

@@ -17,7 +17,7 @@ import random
 import sys
 import time
 import uuid
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union, cast
 
 import numpy as np
 
@@ -25,6 +25,16 @@ from . import _core, compat
 from . import args as A
 from .grammar import GrammarMask, LlamaGrammar, from_response_format
 from .processors import as_processors, logit_bias_processor
+from .types import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionDelta,
+    ChatCompletionMessage,
+    Completion,
+    CompletionChunk,
+    CompletionUsage,
+    CreateEmbeddingResponse,
+)
 
 __all__ = ["Llama", "LlamaState", "ModelNotFoundError"]
 
@@ -164,8 +174,8 @@ class _Hooks:
         return bool(self.processors) or self.grammar is not None
 
 
-def _chunk(ch: Dict[str, Any], delta: Dict[str, Any], logprobs: Any = None,
-           finish: Optional[str] = None) -> Dict[str, Any]:
+def _chunk(ch: CompletionChunk, delta: ChatCompletionDelta, logprobs: Any = None,
+           finish: Optional[str] = None) -> ChatCompletionChunk:
     """The chat.completion.chunk of completion chunk ch with one choice carrying delta."""
     return {"id": "chat" + ch["id"], "object": "chat.completion.chunk", "created": ch["created"], "model": ch["model"],
             "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]}
@@ -662,7 +672,7 @@ class Llama:
                       repeat_penalty: float, repeat_last_n: Optional[int], frequency_penalty: float,
                       presence_penalty: float, seed: Optional[int], typical_p: float = 1.0,
                       mirostat_mode: int = 0, mirostat_tau: float = 5.0,
-                      mirostat_eta: float = 0.1) -> "_core.LlamaSampler":
+                      mirostat_eta: float = 0.1) -> "_core.Sampler":
         temperature, top_p, min_p = (A.as_float(n, v) for n, v in
                                      (("temperature", temperature), ("top_p", top_p), ("min_p", min_p)))
         typical_p, mirostat_tau, mirostat_eta = (
@@ -686,10 +696,11 @@ class Llama:
             seed = random.getrandbits(31)
         if repeat_last_n < 0:  # -1: the whole context, as in llama.cpp
             repeat_last_n = self.ctx.n_ctx
-        return _core.LlamaSampler(self.model, float(temperature), int(top_k), float(top_p), float(min_p),
-                                  float(repeat_penalty), int(repeat_last_n), float(frequency_penalty),
-                                  float(presence_penalty), int(seed), float(typical_p), int(mirostat_mode),
-                                  float(mirostat_tau), float(mirostat_eta))
+        return _core.Sampler(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                             repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
+                             frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, seed=seed,
+                             typical_p=typical_p, mirostat=mirostat_mode, mirostat_tau=mirostat_tau,
+                             mirostat_eta=mirostat_eta, n_vocab=self.n_vocab())
 
     def _hooks(self, logits_processor: Any = None, grammar: Optional[LlamaGrammar] = None,
                stopping_criteria: Any = None, logit_bias: Any = None,
@@ -705,7 +716,7 @@ class Llama:
             mask = GrammarMask(grammar, self.n_vocab(), self._lltok)
         return _Hooks(procs, mask, as_processors("stopping_criteria", stopping_criteria), n_logprobs)
 
-    def _pick(self, sampler: "_core.LlamaSampler", hooks: _Hooks) -> int:
+    def _pick(self, sampler: "_core.Sampler", hooks: _Hooks) -> int:
         """Sample the next token from the last logits through the hooks; the grammar
         advances and the token's logprobs are recorded (byte start set by the caller)."""
         if hooks.edits_logits:
@@ -727,7 +738,7 @@ class Llama:
         if hooks.n_logprobs is not None:
             lp = _log_softmax(self.ctx.logits(-1))
             k = min(hooks.n_logprobs, lp.size)
-            top = np.argsort(-lp, kind="stable")[:k] if k > 0 else []
+            top = np.argsort(-lp, kind="stable")[:k] if k > 0 else np.empty(0, dtype=np.intp)
             hooks.records.append((tok, -1, float(lp[tok]), [(int(t), float(lp[t])) for t in top]))
         return tok
 
@@ -774,7 +785,7 @@ class Llama:
     # ---- completion ----
 
     def _completion_stream(self, prompt_tokens: List[int], max_tokens: Optional[int], stop: List[bytes],
-                           sampler: "_core.LlamaSampler", hooks: _Hooks,
+                           sampler: "_core.Sampler", hooks: _Hooks,
                            state: Dict[str, Any]) -> Iterator[Tuple[str, int]]:
         """Yield (text, end byte) of the completion as it becomes final; sets
         state['finish_reason'], state['completion_tokens'] and state['bytes'] (the
@@ -899,7 +910,7 @@ class Llama:
         mirostat_tau: float = 5.0,
         mirostat_eta: float = 0.1,
         **kwargs: Any,
-    ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
+    ) -> Union[Completion, Iterator[CompletionChunk]]:
         """Complete ``prompt`` (text or token ids).
 
         Returns an OpenAI-style ``text_completion`` dict, or with ``stream=True`` an
@@ -933,11 +944,11 @@ class Llama:
                                 extra=dict(typical_p=typical_p, mirostat_mode=mirostat_mode,
                                            mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta))
 
-    def _logprobs(self, hooks: _Hooks, buf: bytes, lo: int, hi: int, text_base: int,
-                  chat: bool) -> Optional[Dict[str, Any]]:
+    def _logprobs(self, hooks: _Hooks, buf: bytes, lo: int, hi: int, text_base: int, chat: bool) -> Any:
         """Logprobs of the recorded tokens starting in bytes [lo, hi) of buf, in OpenAI's
-        completion format (tokens, text_offset, token_logprobs, top_logprobs) or chat
-        format (content: [{token, logprob, bytes, top_logprobs}])."""
+        completion format (CompletionLogprobs: tokens, text_offset, token_logprobs,
+        top_logprobs) or chat format (ChatCompletionLogprobs: content: [{token, logprob,
+        bytes, top_logprobs}]); None without logprobs."""
         if hooks.n_logprobs is None:
             return None
         piece = self.model.token_to_piece
@@ -966,7 +977,9 @@ class Llama:
                     presence_penalty: float, repeat_penalty: float, top_k: int, stream: bool,
                     seed: Optional[int], repeat_last_n: Optional[int], special: bool, add_bos: bool,
                     model: Optional[str], hooks: _Hooks, chat_logprobs: bool = False,
-                    extra: Optional[Dict[str, Any]] = None):
+                    extra: Optional[Dict[str, Any]] = None) -> Union[Completion, Iterator[CompletionChunk]]:
+        """The completion, or its chunks; with chat_logprobs their logprobs are in the
+        chat format, for create_chat_completion to pass on."""
         _ = self.ctx  # raise now if closed, not on the first next() of a stream
         stops = [A.as_utf8("stop", s) for s in A.as_str_list("stop", stop) if s]
         if max_tokens is not None:
@@ -994,14 +1007,14 @@ class Llama:
         pieces = self._completion_stream(prompt_tokens, max_tokens, stops, sampler, hooks, state)
         base = len(prompt_text)
 
-        def usage() -> Dict[str, int]:
+        def usage() -> CompletionUsage:
             n_c = state.get("completion_tokens", 0)
             return {"prompt_tokens": len(prompt_tokens), "completion_tokens": n_c,
                     "total_tokens": len(prompt_tokens) + n_c}
 
         if stream:
-            def chunks() -> Iterator[Dict[str, Any]]:
-                def chunk(text: str, finish: Optional[str], lps: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+            def chunks() -> Iterator[CompletionChunk]:
+                def chunk(text: str, finish: Optional[str], lps: Any) -> CompletionChunk:
                     return {"id": cid, "object": "text_completion", "created": created, "model": model_name,
                             "choices": [{"text": text, "index": 0, "logprobs": lps, "finish_reason": finish}]}
                 if prompt_text:
@@ -1025,7 +1038,7 @@ class Llama:
                              "finish_reason": state["finish_reason"]}],
                 "usage": usage()}
 
-    def __call__(self, prompt: Prompt, *args: Any, **kwargs: Any):
+    def __call__(self, prompt: Prompt, *args: Any, **kwargs: Any) -> Union[Completion, Iterator[CompletionChunk]]:
         """Same as :meth:`create_completion`."""
         return self.create_completion(prompt, *args, **kwargs)
 
@@ -1091,7 +1104,7 @@ class Llama:
         tools: Optional[List[Dict[str, Any]]] = None,
         tool_choice: Any = None,
         **kwargs: Any,
-    ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
+    ) -> Union[ChatCompletion, Iterator[ChatCompletionChunk]]:
         """Reply to a chat (``[{"role": ..., "content": ...}, ...]``).
 
         Returns an OpenAI-style ``chat.completion`` dict, or with ``stream=True`` an
@@ -1152,8 +1165,8 @@ class Llama:
         # The template may write the BOS text itself; then the tokenizer must not add another.
         add_bos = not (bos_text and prompt.startswith(bos_text))
         hooks = self._hooks(logits_processor, grammar, stopping_criteria, logit_bias, n_logprobs)
-        prompt = self._chat_tokens(prompt, messages, add_bos)
-        result = self._completion(prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
+        tokens = self._chat_tokens(prompt, messages, add_bos)
+        out = self._completion(tokens, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
                                   min_p=min_p, echo=False, stop=stop, frequency_penalty=frequency_penalty,
                                   presence_penalty=presence_penalty, repeat_penalty=repeat_penalty,
                                   top_k=top_k, stream=stream, seed=seed, repeat_last_n=None, special=True,
@@ -1161,25 +1174,30 @@ class Llama:
                                   extra=dict(typical_p=typical_p, mirostat_mode=mirostat_mode,
                                              mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta))
 
-        if not stream:
+        if not stream:  # stream decides which of the two _completion returned
+            result = cast(Completion, out)
             c = result["choices"][0]
-            message: Dict[str, Any] = {"role": "assistant", "content": c["text"]}
+            message: ChatCompletionMessage = {"role": "assistant", "content": c["text"]}
             finish = c["finish_reason"]
             if offered:
                 content, calls = tc.parse_tool_calls(c["text"], offered)
                 if calls:
                     message = {"role": "assistant", "content": content, "tool_calls": calls}
                     finish = "tool_calls"
-            return {"id": "chat" + result["id"], "object": "chat.completion", "created": result["created"],
-                    "model": result["model"],
-                    "choices": [{"index": 0, "message": message, "logprobs": c["logprobs"], "finish_reason": finish}],
-                    "usage": result["usage"]}
+            chat_logprobs: Any = c["logprobs"]  # in the chat format (chat_logprobs=True)
+            reply: ChatCompletion = {
+                "id": "chat" + result["id"], "object": "chat.completion", "created": result["created"],
+                "model": result["model"],
+                "choices": [{"index": 0, "message": message, "logprobs": chat_logprobs, "finish_reason": finish}],
+                "usage": result["usage"]}
+            return reply
+        pieces = cast(Iterator[CompletionChunk], out)
         if offered:
-            return self._tool_chunks(result, offered)
+            return self._tool_chunks(pieces, offered)
 
-        def chunks() -> Iterator[Dict[str, Any]]:
+        def chunks() -> Iterator[ChatCompletionChunk]:
             first = True
-            for ch in result:
+            for ch in pieces:
                 if first:
                     yield _chunk(ch, {"role": "assistant"})
                     first = False
@@ -1191,7 +1209,7 @@ class Llama:
         return chunks()
 
     @staticmethod
-    def _tool_chunks(result: Iterator[Dict[str, Any]], tools: List[Dict[str, Any]]) -> Iterator[Dict[str, Any]]:
+    def _tool_chunks(result: Iterator[CompletionChunk], tools: List[Dict[str, Any]]) -> Iterator[ChatCompletionChunk]:
         """Chat chunks of a reply that may call tools: text streams as content until it
         may begin a call (a <tool_call> block, or a reply opening with a JSON object);
         from there it is held, and at the end parsed into tool_calls deltas."""
@@ -1312,7 +1330,9 @@ class Llama:
                    and used + len(seqs[i + len(group)]) <= n_ctx):
                 used += len(seqs[i + len(group)])
                 group.append(seqs[i + len(group)])
-            T, P, S = [], [], []
+            T: List[int] = []
+            P: List[int] = []
+            S: List[int] = []
             for s, toks in enumerate(group):
                 T += toks
                 P += range(len(toks))
@@ -1334,7 +1354,7 @@ class Llama:
         return (result, n_tokens) if return_count else result
 
     def create_embedding(self, input: Union[str, Sequence[str]], model: Optional[str] = None,
-                         normalize: bool = False, truncate: bool = True) -> Dict[str, Any]:
+                         normalize: bool = False, truncate: bool = True) -> CreateEmbeddingResponse:
         """OpenAI's embeddings response (``object: "list"``, one ``embedding`` per input,
         usage) for a text or a list of texts; needs ``Llama(embedding=True)``.
         normalize: unit-length vectors, as OpenAI's are; truncate: as in :meth:`embed`."""

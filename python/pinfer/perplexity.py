@@ -76,7 +76,7 @@ def windows(n_tokens: int, n_ctx: int, stride: Optional[int] = None,
         raise ValueError(f"the text has {n_tokens} tokens, fewer than one window of n_ctx = {n_ctx}; "
                          "give a longer text or a smaller context")
     step = n_ctx if stride is None else stride
-    out = []
+    out: List[Tuple[int, int]] = []
     begin = 0
     while begin + n_ctx <= n_tokens and (max_windows is None or len(out) < max_windows):
         if method == "llama.cpp":
@@ -96,15 +96,15 @@ def _check_ctx_stride(n_ctx, stride) -> None:
             raise ValueError(f"stride must be an int with 1 <= stride < n_ctx = {n_ctx}, got {stride!r}")
 
 
-def nll_of_logits(logits: np.ndarray, targets: Sequence[int], chunk: int = 64) -> np.ndarray:
+def nll_of_logits(logits: np.ndarray, targets: Union[Sequence[int], np.ndarray], chunk: int = 64) -> np.ndarray:
     """Negative log-likelihood (float64) of targets[i] under the softmax of logits[i]."""
-    targets = np.asarray(targets, dtype=np.int64)
-    out = np.empty(len(targets), dtype=np.float64)
-    for a in range(0, len(targets), chunk):  # chunks bound the float64 copy of the logits
+    ids = np.asarray(targets, dtype=np.int64)
+    out = np.empty(len(ids), dtype=np.float64)
+    for a in range(0, len(ids), chunk):  # chunks bound the float64 copy of the logits
         lp = np.asarray(logits[a:a + chunk], dtype=np.float64)
         m = lp.max(axis=1)
         lse = m + np.log(np.exp(lp - m[:, None]).sum(axis=1))
-        out[a:a + chunk] = lse - lp[np.arange(len(lp)), targets[a:a + chunk]]
+        out[a:a + chunk] = lse - lp[np.arange(len(lp)), ids[a:a + chunk]]
     return out
 
 
@@ -132,9 +132,9 @@ def perplexity_tokens(model, tokens: Sequence[int], n_ctx: int, stride: Optional
         raise ValueError(f"n_batch must be a positive int, got {n_batch!r}")
     if n_threads is not None and (not isinstance(n_threads, int) or n_threads < 1):
         raise ValueError(f"n_threads must be a positive int or None, got {n_threads!r}")
-    tokens = np.ascontiguousarray(tokens, dtype=np.int32)
+    ids = np.ascontiguousarray(tokens, dtype=np.int32)
     method = _method(method, stride)
-    plan = windows(len(tokens), n_ctx, stride, max_windows, method)
+    plan = windows(len(ids), n_ctx, stride, max_windows, method)
     bos = model.tokenize("", add_special=True, parse_special=False) if method == "llama.cpp" else []
     ctx = _core.Context(model, n_ctx, min(n_batch, n_ctx), n_threads or 0, "f16", sparse, stats is not None)
     try:
@@ -143,7 +143,7 @@ def perplexity_tokens(model, tokens: Sequence[int], n_ctx: int, stride: Optional
         parts = []
         total = 0
         for w, (begin, first) in enumerate(plan):
-            win = tokens[begin:begin + n_ctx].copy()
+            win = ids[begin:begin + n_ctx].copy()
             if bos:
                 win[0] = bos[0]  # as llama-perplexity: every window starts with BOS
             ctx.kv_truncate(0)

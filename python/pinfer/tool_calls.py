@@ -23,6 +23,8 @@ import re
 import uuid
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from .types import ToolCall
+
 __all__ = ["check_tools", "check_tool_choice", "describe_tools", "as_plain_history", "forced_call_schema",
            "parse_tool_calls", "OPENERS"]
 
@@ -131,7 +133,7 @@ def forced_call_schema(tools: Sequence[Dict[str, Any]], choice: Any) -> Dict[str
     return one(fs[0]) if len(fs) == 1 else {"anyOf": [one(f) for f in fs]}
 
 
-def _call(obj: Any, names: set) -> Optional[Dict[str, Any]]:
+def _call(obj: Any, names: set) -> Optional[ToolCall]:
     if not isinstance(obj, dict) or obj.get("name") not in names:
         return None
     args = obj.get("arguments", obj.get("parameters", {}))
@@ -146,12 +148,13 @@ def _call(obj: Any, names: set) -> Optional[Dict[str, Any]]:
             "function": {"name": obj["name"], "arguments": json.dumps(args, ensure_ascii=False)}}
 
 
-def parse_tool_calls(text: str, tools: Sequence[Dict[str, Any]]) -> Tuple[Optional[str], List[Dict[str, Any]]]:
+def parse_tool_calls(text: str, tools: Sequence[Dict[str, Any]]) -> Tuple[Optional[str], List[ToolCall]]:
     """(content, tool_calls) of a reply: content is the text outside the calls (None if
     empty once calls were found); no call recognised leaves the text as it was."""
     names = {t["function"]["name"] for t in tools}
     if "<tool_call>" in text:
-        calls, spans = [], []
+        calls: List[ToolCall] = []
+        spans: List[Tuple[int, int]] = []
         for m in _BLOCK.finditer(text):
             try:
                 c = _call(json.loads(m.group(1)), names)

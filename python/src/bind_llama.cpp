@@ -1,10 +1,11 @@
-// Low-level Python classes over the C API in pinfer.h: Model, Context,
-// LlamaSampler. pinfer.Llama (python/pinfer/llama.py) builds on them.
+// Low-level Python classes over the C API in pinfer.h: Model and Context.
+// pinfer.Llama (python/pinfer/llama.py) builds on them and on bind_sampling's
+// Sampler.
 //
-// Ownership: the C handles live in shared_ptr holders. A Context and a sampler
-// share the model's holder, and every logits view shares its context's
-// holder, so close() on any Python object only drops that object's reference:
-// nothing is freed while something that points into it is still reachable.
+// Ownership: the C handles live in shared_ptr holders. A Context shares the
+// model's holder, and every logits view shares its context's holder, so
+// close() on any Python object only drops that object's reference: nothing is
+// freed while something that points into it is still reachable.
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -46,14 +47,6 @@ struct context_holder {
     bool last_batch = false;  // the last decode was decode_batch (outputs by batch index)
     ~context_holder() {
         if (p) pinfer_context_free(p);
-    }
-};
-
-struct sampler_holder {
-    std::shared_ptr<model_holder> model;
-    pinfer_sampler *p = nullptr;
-    ~sampler_holder() {
-        if (p) pinfer_sampler_free(p);
     }
 };
 
@@ -544,74 +537,6 @@ class Context {
     std::string device_;  // kept alive for the C API
 };
 
-using logits_in = nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-
-class LlamaSampler {
-  public:
-    LlamaSampler(Model &model, float temperature, int32_t top_k, float top_p, float min_p, float repeat_penalty,
-                 int32_t repeat_last_n, float frequency_penalty, float presence_penalty, int64_t seed,
-                 float typical_p, int32_t mirostat, float mirostat_tau, float mirostat_eta) {
-        auto mh = model.holder();
-        pinfer_sampler_params sp = pinfer_sampler_default_params();
-        sp.temperature = temperature;
-        sp.top_k = top_k;
-        sp.top_p = top_p;
-        sp.min_p = min_p;
-        sp.repeat_penalty = repeat_penalty;
-        sp.repeat_last_n = repeat_last_n;
-        sp.frequency_penalty = frequency_penalty;
-        sp.presence_penalty = presence_penalty;
-        if (seed > (int64_t)UINT32_MAX) throw nb::value_error("seed must be < 2**32 (or negative for random)");
-        sp.seed = seed < 0 ? UINT32_MAX : (uint32_t)seed;
-        sp.typical_p = typical_p;
-        sp.mirostat = mirostat;
-        sp.mirostat_tau = mirostat_tau;
-        sp.mirostat_eta = mirostat_eta;
-        pinfer_sampler *s = pinfer_sampler_new(mh->p, sp);
-        if (!s) throw nb::value_error(last_error("cannot create the sampler").c_str());
-        h_ = std::make_shared<sampler_holder>();
-        h_->model = mh;
-        h_->p = s;
-        n_vocab_ = pinfer_model_n_vocab(mh->p);
-    }
-
-    pinfer_sampler *get() const {
-        if (!h_) throw nb::value_error("the sampler is closed");
-        return h_->p;
-    }
-    void close() { h_.reset(); }
-
-    int32_t sample_ptr(const float *logits, size_t n) {
-        if ((int64_t)n != n_vocab_)
-            throw nb::value_error(("logits have " + std::to_string(n) + " entries, the model's vocabulary " +
-                                   std::to_string(n_vocab_))
-                                      .c_str());
-        int32_t t = pinfer_sampler_sample(get(), logits, (int32_t)n);
-        if (t < 0) throw std::runtime_error(last_error("sampling failed"));
-        return t;
-    }
-    int32_t sample_ctx(Context &ctx) {
-        const auto &h = ctx.holder();
-        std::unique_lock<std::mutex> lock(h->busy, std::try_to_lock);
-        if (!lock.owns_lock()) throw nb::value_error("the context is busy in another thread");
-        if (h->n_last == 0) throw nb::value_error("no logits: call decode() first");
-        const float *p = pinfer_get_logits(h->p, -1);
-        if (!p) throw nb::value_error(last_error("no logits").c_str());
-        return sample_ptr(p, (size_t)ctx.n_vocab());
-    }
-    int32_t sample_arr(const logits_in &l) { return sample_ptr(l.data(), l.shape(0)); }
-
-    void accept(int32_t t) {
-        if (t < 0 || t >= n_vocab_) throw nb::value_error(("token id " + std::to_string(t) + " is out of range").c_str());
-        pinfer_sampler_accept(get(), t);
-    }
-    void reset() { pinfer_sampler_reset(get()); }
-
-  private:
-    std::shared_ptr<sampler_holder> h_;
-    int32_t n_vocab_ = 0;
-};
-
 // Neuron-aware metadata (pinfer_model_sparse_info and friends) as Python values.
 nb::dict sparse_info(const Model &s) {
     pinfer_sparse_info i;
@@ -799,23 +724,4 @@ void bind_llama(nb::module_ &m) {
              "Restore a kv_state() snapshot of n_past positions and the last token's float32 logits.")
         .def("timings", &Context::timings)
         .def("reset_timings", &Context::reset_timings);
-
-    const pinfer_sampler_params d = pinfer_sampler_default_params();
-    nb::class_<LlamaSampler>(m, "LlamaSampler",
-                             "The sampler chain of pinfer.h (penalties, top-k, typical, top-p, min-p, temperature;\n"
-                             "or penalties, temperature, mirostat 1/2).")
-        .def(nb::init<Model &, float, int32_t, float, float, float, int32_t, float, float, int64_t, float, int32_t, float,
-                      float>(),
-             nb::arg("model"),
-             nb::arg("temperature") = d.temperature, nb::arg("top_k") = d.top_k, nb::arg("top_p") = d.top_p,
-             nb::arg("min_p") = d.min_p, nb::arg("repeat_penalty") = d.repeat_penalty,
-             nb::arg("repeat_last_n") = d.repeat_last_n, nb::arg("frequency_penalty") = d.frequency_penalty,
-             nb::arg("presence_penalty") = d.presence_penalty, nb::arg("seed") = -1,
-             nb::arg("typical_p") = d.typical_p, nb::arg("mirostat") = d.mirostat,
-             nb::arg("mirostat_tau") = d.mirostat_tau, nb::arg("mirostat_eta") = d.mirostat_eta)
-        .def("sample", &LlamaSampler::sample_ctx, nb::arg("ctx"), "Sample from the context's last logits.")
-        .def("sample", &LlamaSampler::sample_arr, nb::arg("logits"), "Sample from a float32 [n_vocab] array.")
-        .def("accept", &LlamaSampler::accept, nb::arg("token"), "Record a token (for the penalties).")
-        .def("reset", &LlamaSampler::reset)
-        .def("close", &LlamaSampler::close);
 }

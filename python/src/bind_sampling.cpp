@@ -1,4 +1,4 @@
-// Sampler chain, chat templates and stop strings for Python.
+// The sampler chain, chat templates and stop strings for Python.
 #include "bind.h"
 
 #include <nanobind/ndarray.h>
@@ -56,20 +56,78 @@ size_t utf8_chars(const std::string & s, size_t n) {
     return c;
 }
 
+// The one sampler class for Python: the C++ chain of llama-sampling.h. With
+// n_vocab > 0 (pinfer.Llama passes its model's) logits and accepted token ids are
+// checked against that vocabulary.
+class Sampler {
+  public:
+    Sampler(const pinfer::sampler_params & p, int32_t n_vocab) : s_(p), n_vocab_(n_vocab) {}
+
+    int32_t sample(const logits_in & logits) {
+        check(logits);
+        nb::gil_scoped_release nogil;
+        return s_.sample(logits.data(), logits.shape(0));
+    }
+
+    nb::tuple candidates(const logits_in & logits) {
+        check(logits);
+        s_.apply(logits.data(), logits.shape(0));
+        const size_t n = s_.n_candidates();
+        std::vector<int32_t> ids(n);
+        std::vector<float> lg(n), pr(n);
+        for (size_t i = 0; i < n; ++i) {
+            ids[i] = s_.candidates()[i].id;
+            lg[i] = s_.candidates()[i].logit;
+            pr[i] = s_.candidates()[i].p;
+        }
+        return nb::make_tuple(to_numpy(std::move(ids)), to_numpy(std::move(lg)), to_numpy(std::move(pr)));
+    }
+
+    void accept(int32_t token) {
+        if (token < 0 || (n_vocab_ > 0 && token >= n_vocab_)) {
+            throw nb::value_error(("token id " + std::to_string(token) + " is out of range").c_str());
+        }
+        s_.accept(token);
+    }
+
+    void reset() { s_.reset(); }
+    uint32_t seed() const { return s_.seed(); }
+    double mirostat_mu() const { return s_.mirostat_mu(); }
+    int32_t n_vocab() const { return n_vocab_; }
+
+  private:
+    void check(const logits_in & logits) const {
+        if (n_vocab_ > 0 && logits.shape(0) != size_t(n_vocab_)) {
+            throw nb::value_error(("logits have " + std::to_string(logits.shape(0)) + " entries, the vocabulary " +
+                                   std::to_string(n_vocab_)).c_str());
+        }
+    }
+
+    pinfer::sampler s_;
+    int32_t n_vocab_;
+};
+
 }  // namespace
 
 void bind_sampling(nb::module_ & m) {
-    nb::class_<pinfer::sampler>(m, "Sampler",
+    const pinfer::sampler_params d;
+    nb::class_<Sampler>(m, "Sampler",
         "Sampler chain: penalties -> top-k -> typical -> top-p -> min-p -> temperature -> pick,\n"
         "or with mirostat 1/2: penalties -> temperature -> mirostat -> pick (mu updated).\n"
-        "temp <= 0 is greedy. sample() does not record the token: call accept().")
+        "temperature <= 0 is greedy. seed: 0 .. 2**32 - 1; -1 (or 2**32 - 1, the C API's\n"
+        "value) draws a random one. n_vocab > 0 checks logits and tokens against it.\n"
+        "sample() does not record the token: call accept().")
         .def("__init__",
-             [](pinfer::sampler * self, float temp, int32_t top_k, float top_p, float min_p,
+             [](Sampler * self, float temperature, int32_t top_k, float top_p, float min_p,
                 float repeat_penalty, int32_t repeat_last_n, float frequency_penalty,
                 float presence_penalty, int64_t seed, size_t min_keep, float typical_p, int32_t mirostat,
-                float mirostat_tau, float mirostat_eta) {
+                float mirostat_tau, float mirostat_eta, int32_t n_vocab) {
+                 if (seed < -1 || seed > int64_t(pinfer::SAMPLER_RANDOM_SEED)) {
+                     throw nb::value_error("Sampler: seed must be in [0, 2**32 - 1], or -1 for a random seed");
+                 }
+                 if (n_vocab < 0) throw nb::value_error("Sampler: n_vocab must be >= 0 (0: any size)");
                  pinfer::sampler_params p;
-                 p.temp = temp;
+                 p.temp = temperature;
                  p.top_k = top_k;
                  p.top_p = top_p;
                  p.min_p = min_p;
@@ -77,48 +135,31 @@ void bind_sampling(nb::module_ & m) {
                  p.repeat_last_n = repeat_last_n;
                  p.frequency_penalty = frequency_penalty;
                  p.presence_penalty = presence_penalty;
-                 if (seed < -1 || seed > int64_t(0xFFFFFFFFu)) {
-                     throw nb::value_error("Sampler: seed must be in [0, 2**32 - 1], or -1 for a random seed");
-                 }
                  p.seed = seed == -1 ? pinfer::SAMPLER_RANDOM_SEED : uint32_t(seed);
                  p.min_keep = min_keep;
                  p.typical_p = typical_p;
                  p.mirostat = mirostat;
                  p.mirostat_tau = mirostat_tau;
                  p.mirostat_eta = mirostat_eta;
-                 new (self) pinfer::sampler(p);
+                 new (self) Sampler(p, n_vocab);
              },
-             nb::kw_only(), nb::arg("temp") = 0.8f, nb::arg("top_k") = 40, nb::arg("top_p") = 0.95f,
-             nb::arg("min_p") = 0.05f, nb::arg("repeat_penalty") = 1.0f, nb::arg("repeat_last_n") = 64,
-             nb::arg("frequency_penalty") = 0.0f, nb::arg("presence_penalty") = 0.0f,
-             nb::arg("seed") = -1, nb::arg("min_keep") = 1, nb::arg("typical_p") = 1.0f,
-             nb::arg("mirostat") = 0, nb::arg("mirostat_tau") = 5.0f, nb::arg("mirostat_eta") = 0.1f)
-        .def("sample",
-             [](pinfer::sampler & s, logits_in logits) {
-                 nb::gil_scoped_release nogil;
-                 return s.sample(logits.data(), logits.shape(0));
-             },
-             nb::arg("logits"), "Pick a token id from float32 logits of shape [n_vocab].")
-        .def("candidates",
-             [](pinfer::sampler & s, logits_in logits) {
-                 s.apply(logits.data(), logits.shape(0));
-                 const size_t n = s.n_candidates();
-                 std::vector<int32_t> ids(n);
-                 std::vector<float> lg(n), pr(n);
-                 for (size_t i = 0; i < n; ++i) {
-                     ids[i] = s.candidates()[i].id;
-                     lg[i] = s.candidates()[i].logit;
-                     pr[i] = s.candidates()[i].p;
-                 }
-                 return nb::make_tuple(to_numpy(std::move(ids)), to_numpy(std::move(lg)), to_numpy(std::move(pr)));
-             },
-             nb::arg("logits"),
+             nb::kw_only(), nb::arg("temperature") = d.temp, nb::arg("top_k") = d.top_k, nb::arg("top_p") = d.top_p,
+             nb::arg("min_p") = d.min_p, nb::arg("repeat_penalty") = d.repeat_penalty,
+             nb::arg("repeat_last_n") = d.repeat_last_n, nb::arg("frequency_penalty") = d.frequency_penalty,
+             nb::arg("presence_penalty") = d.presence_penalty, nb::arg("seed") = -1, nb::arg("min_keep") = d.min_keep,
+             nb::arg("typical_p") = d.typical_p, nb::arg("mirostat") = d.mirostat,
+             nb::arg("mirostat_tau") = d.mirostat_tau, nb::arg("mirostat_eta") = d.mirostat_eta,
+             nb::arg("n_vocab") = 0)
+        .def("sample", &Sampler::sample, nb::arg("logits"),
+             "Pick a token id from float32 logits of shape [n_vocab]; releases the GIL.")
+        .def("candidates", &Sampler::candidates, nb::arg("logits"),
              "Run the chain without the pick: (ids, logits, probs) of the survivors, where\n"
              "logits are after penalties and temperature and probs their softmax.")
-        .def("accept", &pinfer::sampler::accept, nb::arg("token"), "Record a token for the penalties.")
-        .def("reset", &pinfer::sampler::reset, "Forget the history and restart the random stream.")
-        .def_prop_ro("seed", &pinfer::sampler::seed)
-        .def_prop_ro("mirostat_mu", &pinfer::sampler::mirostat_mu, "mirostat's current surprise bound (bits).");
+        .def("accept", &Sampler::accept, nb::arg("token"), "Record a token for the penalties.")
+        .def("reset", &Sampler::reset, "Forget the history and restart the random stream.")
+        .def_prop_ro("seed", &Sampler::seed, "The seed in use (the drawn one for a random seed).")
+        .def_prop_ro("n_vocab", &Sampler::n_vocab, "The vocabulary checked against (0: none).")
+        .def_prop_ro("mirostat_mu", &Sampler::mirostat_mu, "mirostat's current surprise bound (bits).");
 
     m.def("apply_chat_template",
           [](const std::string & tmpl, const nb::list & messages, bool add_generation_prompt,

@@ -24,6 +24,7 @@ from sse_starlette.sse import AppStatus, EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..types import CreateEmbeddingResponse
 from .engine import Busy, Cancelled, Engine, Job
 from .metrics import Metrics
 from .schemas import ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingRequest, TokenizeRequest
@@ -311,7 +312,7 @@ def create_app(engine: Engine, model_id: str, api_key: Optional[str] = None,
                              key, req.cache_prompt)
 
     @app.post("/v1/embeddings")
-    async def embeddings(req: EmbeddingRequest) -> Dict[str, Any]:
+    async def embeddings(req: EmbeddingRequest) -> CreateEmbeddingResponse:
         check_model(req.model)
         if llm._ectx is None:
             raise ApiError(400, "this server runs without embeddings (started with --no-embeddings)")
@@ -320,7 +321,7 @@ def create_app(engine: Engine, model_id: str, api_key: Optional[str] = None,
         if isinstance(req.input, list) and not req.input:
             raise ApiError(400, "input is empty", param="input")
 
-        def work() -> Dict[str, Any]:
+        def work() -> CreateEmbeddingResponse:
             with emb_lock:
                 return llm.create_embedding(req.input, model=model_id, normalize=True, truncate=False)
         try:
