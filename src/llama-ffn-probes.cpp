@@ -36,6 +36,15 @@ void accumulate_ffn_stats(const model &m, const ffn_build &b, std::vector<sparse
     st.resize(m.hp.n_layer);
     for (uint32_t il = 0; il < m.hp.n_layer; il++) {
         const ffn_probe &p = b.probes[il];
+        if (p.experts) {
+            sparse_layer_stats &s = st[il];
+            const int32_t *ids = (const int32_t *)p.experts->data;  // the expert FFNs run on the CPU
+            s.experts_last.assign(ids, ids + ggml_nelements(p.experts));
+            s.expert_tokens.resize(m.hp.n_expert, 0);
+            for (int32_t e : s.experts_last)
+                if (e >= 0 && (uint32_t)e < m.hp.n_expert) s.expert_tokens[(size_t)e]++;
+            s.n_tokens += p.experts->ne[1];
+        }
         if (!p.idx) continue;
         const layer_weights &l = m.layers[il];
         const bool gated = l.ffn_gate != nullptr;

@@ -1,0 +1,38 @@
+// The mixture-of-experts FFN (Mixtral): a router picks n_expert_used of the
+// layer's n_expert FFNs per token, and the token's output is their weighted sum.
+//
+//   logits = router x                  [n_expert, T]
+//   ids    = top-k(logits)             [k, T], k = n_expert_used
+//   w      = softmax(logits[ids])      [k, T]
+//   y      = sum_s w_s * down_e(act(gate_e x) * up_e x),  e = ids[s]
+//
+// Mixtral takes the softmax over all experts, keeps the top k and divides by
+// their sum: the same weights as a softmax over the k chosen logits, which is
+// what is computed here. Only the chosen experts' matrices are read
+// (ggml_mul_mat_id), whichever experts the tokens of a batch route to.
+#include "llama-ffn-impl.h"
+
+namespace pinfer {
+
+ggml_tensor *build_moe_ffn(ggml_context *ctx, ffn_build *b, const model &m, const layer_weights &l, int il, ggml_tensor *x) {
+    const int64_t d = x->ne[0], T = x->ne[1], X = m.hp.n_expert, k = m.hp.n_expert_used;
+    ggml_tensor *logits = ggml_mul_mat(ctx, l.ffn_gate_inp, x);  // [X, T]
+    ggml_tensor *ids = ggml_top_k(ctx, logits, (int)k);          // [k, T]
+    if (b && b->stats) b->probes[(size_t)il].experts = ffn_keep(ids);
+    ggml_tensor *chosen = ggml_get_rows(ctx, ggml_reshape_3d(ctx, logits, 1, X, T), ids);  // [1, k, T]
+    ggml_tensor *w = ggml_soft_max_ext(ctx, ggml_reshape_2d(ctx, chosen, k, T), nullptr, 1.0f);
+    ggml_tensor *x3 = ggml_reshape_3d(ctx, x, d, 1, T);
+    ggml_tensor *up = ggml_mul_mat_id(ctx, l.ffn_up_exps, x3, ids);  // [n_ff, k, T]
+    ggml_tensor *gate = ggml_mul_mat_id(ctx, l.ffn_gate_exps, x3, ids);
+    ggml_tensor *h = ffn_act_gated(ctx, gate, up, m.hp.act);
+    ggml_tensor *y = ggml_mul_mat_id(ctx, l.ffn_down_exps, h, ids);  // [d, k, T]
+    y = ggml_mul(ctx, y, ggml_reshape_3d(ctx, w, 1, k, T));
+    ggml_tensor *sum = nullptr;
+    for (int64_t s = 0; s < k; s++) {
+        ggml_tensor *ys = ggml_view_2d(ctx, y, d, T, y->nb[2], (size_t)s * y->nb[1]);
+        sum = sum ? ggml_add(ctx, sum, ys) : ys;
+    }
+    return k == 1 ? ggml_cont(ctx, sum) : sum;
+}
+
+}  // namespace pinfer
