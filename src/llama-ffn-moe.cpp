@@ -10,6 +10,13 @@
 // their sum: the same weights as a softmax over the k chosen logits, which is
 // what is computed here. Only the chosen experts' matrices are read
 // (ggml_mul_mat_id), whichever experts the tokens of a batch route to.
+//
+// Sparse experts (the context's mode): the routed experts' gate is dense,
+// their up rows only where the neuron is active (ggml_mul_mat_id_masked) --
+// exact: relu(gate x) > 0, the same function as dense; threshold: |act(gate
+// x)| > t_l (pinfer.sparse.act_thresholds), approximate. The down product
+// stays dense over the routed experts (a column-sparse down needs each
+// expert's transposed down matrix: future work).
 #include "llama-ffn-impl.h"
 
 namespace pinfer {
@@ -22,9 +29,21 @@ ggml_tensor *build_moe_ffn(ggml_context *ctx, ffn_build *b, const model &m, cons
     ggml_tensor *chosen = ggml_get_rows(ctx, ggml_reshape_3d(ctx, logits, 1, X, T), ids);  // [1, k, T]
     ggml_tensor *w = ggml_soft_max_ext(ctx, ggml_reshape_2d(ctx, chosen, k, T), nullptr, 1.0f);
     ggml_tensor *x3 = ggml_reshape_3d(ctx, x, d, 1, T);
-    ggml_tensor *up = ggml_mul_mat_id(ctx, l.ffn_up_exps, x3, ids);  // [n_ff, k, T]
-    ggml_tensor *gate = ggml_mul_mat_id(ctx, l.ffn_gate_exps, x3, ids);
-    ggml_tensor *h = ffn_act_gated(ctx, gate, up, m.hp.act);
+    ggml_tensor *gate = ggml_mul_mat_id(ctx, l.ffn_gate_exps, x3, ids);  // [n_ff, k, T]
+    const sparse_mode mode = b ? b->mode : sparse_mode::OFF;
+    ggml_tensor *h;
+    if (mode == sparse_mode::EXACT) {
+        ggml_tensor *a = ggml_relu(ctx, gate);
+        ggml_tensor *up = ggml_mul_mat_id_masked(ctx, l.ffn_up_exps, x3, ids, a);
+        h = ggml_mul(ctx, a, m.hp.act == ffn_act::RELU_BOTH ? ggml_relu(ctx, up) : up);
+    } else if (mode == sparse_mode::THRESHOLD) {
+        ggml_tensor *a = ggml_sparse_mask(ctx, ffn_act_unary(ctx, gate, m.hp.act), m.sparse.act_thresholds[(size_t)il]);
+        ggml_tensor *up = ggml_mul_mat_id_masked(ctx, l.ffn_up_exps, x3, ids, a);
+        h = ggml_mul(ctx, a, m.hp.act == ffn_act::RELU_BOTH ? ggml_relu(ctx, up) : up);
+    } else {
+        ggml_tensor *up = ggml_mul_mat_id(ctx, l.ffn_up_exps, x3, ids);
+        h = ffn_act_gated(ctx, gate, up, m.hp.act);
+    }
     ggml_tensor *y = ggml_mul_mat_id(ctx, l.ffn_down_exps, h, ids);  // [d, k, T]
     y = ggml_mul(ctx, y, ggml_reshape_3d(ctx, w, 1, k, T));
     ggml_tensor *sum = nullptr;

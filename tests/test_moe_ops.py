@@ -63,6 +63,26 @@ def test_mul_mat_id(name, T, per_slot):
     assert np.array_equal(np.stack([outs[0][t, s] for t, s in cols]), dense)
 
 
+@pytest.mark.parametrize("name", TYPES)
+@pytest.mark.parametrize("T", [1, 7])
+def test_mul_mat_id_masked(name, T):
+    """Only where the mask is nonzero: those elements are the unmasked product's, the rest 0."""
+    g = np.random.default_rng(T + 100)
+    E, k, M = 4, 2, 40
+    K = 256 if name.endswith("_K") else 64
+    a, deq = experts(E, M, K, name, g)
+    b = g.standard_normal((T, 1, K)).astype(np.float32)
+    ids = routes(E, k, T, g)
+    mask = np.maximum(g.standard_normal((T, k, M)), 0).astype(np.float32)  # about half the rows
+    outs = [_core.run_op("mul_mat_id", [a, b, ids, mask], {}, nt, None).reshape(T, k, M) for nt in (1, 3)]
+    assert outs[0].tobytes() == outs[1].tobytes()
+    seen = act_as_seen(name, b.reshape(-1, K))
+    ref = np.stack([[np.where(mask[t, s] != 0, deq[ids[t, s]] @ seen[t], 0.0) for s in range(k)] for t in range(T)])
+    tol = 1e-5 if name in ("f32", "f16", "bf16") else 2e-3
+    assert np.all(outs[0][mask == 0] == 0)
+    assert np.max(np.abs(outs[0] - ref)) / np.max(np.abs(ref)) < tol, name
+
+
 @pytest.mark.parametrize("name", ["q4_0", "q4_K", "f16"])
 def test_mul_mat_id_prec_high_sees_activations_to_16_bits(name):
     g = np.random.default_rng(5)

@@ -237,6 +237,12 @@ struct ggml_tensor *ggml_top_k(struct ggml_context *ctx, struct ggml_tensor *a, 
 // different experts. Honours ggml_set_prec like mul_mat.
 struct ggml_tensor *ggml_mul_mat_id(struct ggml_context *ctx, struct ggml_tensor *as, struct ggml_tensor *b,
                                     struct ggml_tensor *ids);
+// The same where mask F32 [M, n_used, T] is nonzero, 0 elsewhere: a weight row
+// is read only when some column of its expert needs it (the up rows of sparse
+// experts: mask = relu(gate) for ReLU experts, the thresholded activation for
+// SwiGLU ones).
+struct ggml_tensor *ggml_mul_mat_id_masked(struct ggml_context *ctx, struct ggml_tensor *as, struct ggml_tensor *b,
+                                           struct ggml_tensor *ids, struct ggml_tensor *mask);
 // Copy a into b (same element count; F32 <-> F16/BF16/F32); returns a view of b.
 struct ggml_tensor *ggml_cpy(struct ggml_context *ctx, struct ggml_tensor *a, struct ggml_tensor *b);
 struct ggml_tensor *ggml_cont(struct ggml_context *ctx, struct ggml_tensor *a);

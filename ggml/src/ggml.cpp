@@ -401,6 +401,13 @@ ggml_tensor *ggml_mul_mat_id(ggml_context *ctx, ggml_tensor *as, ggml_tensor *b,
     return r;
 }
 
+ggml_tensor *ggml_mul_mat_id_masked(ggml_context *ctx, ggml_tensor *as, ggml_tensor *b, ggml_tensor *ids, ggml_tensor *mask) {
+    ggml_tensor *r = ggml_mul_mat_id(ctx, as, b, ids);
+    if (mask->type != GGML_TYPE_F32 || !ggml_are_same_shape(mask, r)) ggml_abort("mul_mat_id: mask must be F32 [M, n_used, T]");
+    r->src[3] = mask;
+    return r;
+}
+
 ggml_tensor *ggml_argmax(ggml_context *ctx, ggml_tensor *a) {
     if (a->type != GGML_TYPE_F32 || a->ne[2] != 1 || a->ne[3] != 1) ggml_abort("argmax: a must be a 2-D F32 tensor");
     ggml_tensor *r = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, a->ne[1]);

@@ -318,7 +318,14 @@ struct Graph {
                     const int32_t v = ((const int32_t *)ids->data)[i];
                     if (v < 0 || v >= as->ne[2]) throw nb::index_error(("mul_mat_id: expert id " + std::to_string(v) + " out of range").c_str());
                 }
-            r = ggml_mul_mat_id(ctx, as, b, ids);
+            if (s.size() > 3) {
+                f32(s[3], "mask");
+                if (s[3]->ne[0] != as->ne[1] || s[3]->ne[1] != ids->ne[0] || s[3]->ne[2] != ids->ne[1] || s[3]->ne[3] != 1)
+                    throw nb::value_error("mul_mat_id: mask must be [T, n_used, M]");
+                r = ggml_mul_mat_id_masked(ctx, as, b, ids, s[3]);
+            } else {
+                r = ggml_mul_mat_id(ctx, as, b, ids);
+            }
         } else if (op == GGML_OP_CPY) {
             if (ggml_nelements(s[0]) != ggml_nelements(s[1])) throw nb::value_error("cpy: element counts differ");
             auto ok = [](ggml_type x) { return x == GGML_TYPE_F32 || x == GGML_TYPE_F16 || x == GGML_TYPE_BF16; };

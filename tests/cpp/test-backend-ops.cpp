@@ -210,6 +210,11 @@ static std::vector<op_case> make_cases() {
                     ggml_tensor *as = ggml_reshape_3d(in.ctx, in.weights(wt, K, 4 * M), K, M, 4);
                     return ggml_mul_mat_id(in.ctx, as, in.f32(K, B1, T), in.expert_ids(4, 2, T));
                 });
+            add("mul_mat_id masked" + w, tol, [=](inputs &in) {  // the sparse experts' up rows
+                ggml_tensor *as = ggml_reshape_3d(in.ctx, in.weights(wt, K, 4 * M), K, M, 4);
+                ggml_tensor *mask = ggml_relu(in.ctx, ggml_reshape_3d(in.ctx, in.f32(M, 2 * T, 1, 1, -1.0f, 0.5f), M, 2, T));
+                return ggml_mul_mat_id_masked(in.ctx, as, in.f32(K, 1, T), in.expert_ids(4, 2, T), mask);
+            });
             add("mul_mat_id prec high" + w, 1e-8, [=](inputs &in) {
                 ggml_tensor *as = ggml_reshape_3d(in.ctx, in.weights(wt, K, 3 * M), K, M, 3);
                 ggml_tensor *r = ggml_mul_mat_id(in.ctx, as, in.f32(K, 1, T), in.expert_ids(3, 2, T));

@@ -10,6 +10,12 @@
 // gathered into contiguous scratch first and scattered back after. Each
 // group has its own share of the work buffer, so the groups follow each
 // other without a barrier between them; gather and scatter add one each.
+//
+// With a mask (src[3]), dst[m, s, t] is computed only where the mask is
+// nonzero: every column is converted once to the weight type's vec_dot_type,
+// then each thread takes a share of each routed expert's rows and reads a row
+// only when one of the expert's columns needs it, one vec_dot per needed
+// element (so a masked result never depends on the thread count either).
 #include <string.h>
 
 #include <algorithm>
@@ -110,6 +116,83 @@ size_t mm_work(const routing &r, int64_t n, int nth) {
     return align_up(ggml_mul_mat_work_size(&g.d, nth));
 }
 
+// ---- the masked product ----
+
+struct masked_plan {
+    ggml_vec_dot_t dot;
+    ggml_from_float_t from_float;  // nullptr: F32 activations used in place
+    ggml_to_float_t to_float;      // of the converted rows (the residual of GGML_PREC_HIGH)
+    size_t vrow, stride;
+    bool resid;
+};
+
+masked_plan masked_plan_of(const routing &r) {
+    const ggml_cpu_type_traits *ta = ggml_get_cpu_type_traits(r.as->type);
+    if (!ta || !ta->vec_dot) ggml_abort("mul_mat_id: no dot kernel for type %s", ggml_type_name(r.as->type));
+    masked_plan p;
+    p.dot = ta->vec_dot;
+    const ggml_type vdt = ta->vec_dot_type;
+    p.from_float = vdt == GGML_TYPE_F32 ? nullptr : ggml_get_cpu_type_traits(vdt)->from_float;
+    p.to_float = ggml_get_type_traits(vdt)->to_float;
+    p.vrow = ggml_row_size(vdt, r.K);
+    p.resid = ggml_prec_high(r.dst) && vdt != GGML_TYPE_F32;
+    p.stride = align_up(p.resid ? 2 * p.vrow : p.vrow);
+    return p;
+}
+
+size_t masked_work(const routing &r, int nth) {
+    const masked_plan p = masked_plan_of(r);
+    return p.stride * (size_t)(r.n_used * r.T) + 2 * (size_t)nth * align_up(sizeof(float) * (size_t)r.K);
+}
+
+void masked_forward(const ggml_compute_params *params, const routing &r) {
+    const masked_plan p = masked_plan_of(r);
+    const ggml_tensor *mask = r.dst->src[3];
+    const int ith = params->ith, nth = params->nth;
+    const int64_t cols = r.n_used * r.T;
+    char *const conv = (char *)params->wdata;
+    const size_t frow = align_up(sizeof(float) * (size_t)r.K) / sizeof(float);
+    float *const tmp = (float *)(conv + p.stride * (size_t)cols) + (size_t)(2 * ith) * frow;  // a gathered column
+    float *const res = tmp + frow;                                                            // its residual
+    // 1. every column converted once (column c = slot s of token t, c = t * n_used + s)
+    int64_t c0, c1;
+    ggml_split_range(cols, ith, nth, &c0, &c1);
+    for (int64_t c = c0; c < c1; c++) {
+        const char *src = r.bcol(c % r.n_used, c / r.n_used);
+        const float *x = (const float *)src;
+        if (r.b->nb[0] != sizeof(float) || !p.from_float) {
+            for (int64_t k = 0; k < r.K; k++) tmp[k] = *(const float *)(src + k * r.b->nb[0]);
+            x = tmp;
+        }
+        char *out = conv + (size_t)c * p.stride;
+        if (p.from_float) ggml_convert_act(x, out, r.K, p.from_float, p.to_float, p.vrow, p.resid, res);
+        else memcpy(out, x, sizeof(float) * (size_t)r.K);
+    }
+    ggml_barrier(params->tp);
+    // 2. per routed expert, this thread's rows; a row is read when a column needs it
+    auto needed = [&](int64_t m, int64_t s, int64_t t) {
+        return *(const float *)((const char *)mask->data + m * mask->nb[0] + s * mask->nb[1] + t * mask->nb[2]) != 0.0f;
+    };
+    int64_t m0, m1;
+    ggml_split_range(r.M, ith, nth, &m0, &m1);
+    for (int64_t e = 0; e < r.E; e++) {
+        if (group_size(r, e) == 0) continue;
+        for (int64_t m = m0; m < m1; m++) {
+            const char *row = (const char *)r.as->data + (size_t)e * r.as->nb[2] + (size_t)m * r.as->nb[1];
+            for (int64_t t = 0; t < r.T; t++)
+                for (int64_t s = 0; s < r.n_used; s++) {
+                    if (r.id(s, t) != e) continue;
+                    float *y = (float *)(r.dcol(s, t) + m * r.dst->nb[0]);
+                    if (!needed(m, s, t)) {
+                        *y = 0.0f;
+                        continue;
+                    }
+                    ggml_vec_dot_resid(p.dot, r.K, y, row, conv + (size_t)(t * r.n_used + s) * p.stride, p.vrow, p.resid);
+                }
+        }
+    }
+}
+
 }  // namespace
 
 // Scratch: the gathered columns of b and of dst (every routed column at
@@ -118,6 +201,7 @@ size_t mm_work(const routing &r, int64_t n, int nth) {
 // of a one-column and a few-column product, plus one product over all columns.
 extern "C" size_t ggml_mul_mat_id_work_size(const ggml_tensor *node, int n_threads) {
     const routing r = routing_of(node);
+    if (node->src[3]) return masked_work(r, n_threads);
     const int64_t cols = r.n_used * r.T;
     const size_t gathered = align_up(sizeof(float) * (size_t)(r.K * cols)) + align_up(sizeof(float) * (size_t)(r.M * cols));
     const size_t per_group = std::max(mm_work(r, 1, n_threads), mm_work(r, std::min<int64_t>(cols, 4), n_threads)) + 3 * ALIGN;
@@ -127,6 +211,7 @@ extern "C" size_t ggml_mul_mat_id_work_size(const ggml_tensor *node, int n_threa
 extern "C" void ggml_compute_forward_mul_mat_id(const ggml_compute_params *params, ggml_tensor *dst) {
     const routing r = routing_of(dst);
     if (params->ith == 0) check(r);
+    if (dst->src[3]) return masked_forward(params, r);
     const int64_t cols = r.n_used * r.T;
     char *const wb = (char *)params->wdata;
     float *const bg = (float *)wb;  // gathered b columns, group after group
