@@ -204,12 +204,95 @@ def test_simulated_device(converted):
     assert rel_err(np.stack(rows), np.asarray(cpu.logits_all(), np.float64)) < RTOL, kind
 
 
-def test_sparse_modes_say_they_are_not_there_yet(converted):
+def test_predictor_mode_is_refused_and_auto_is_dense(converted):
     kind, hf, m, _ = converted
-    for mode in ("exact", "threshold", "predictor"):
-        with pytest.raises(Exception, match="mixture-of-experts"):
-            _core.Context(m, 32, 8, 2, "f32", mode)
+    with pytest.raises(Exception, match="mixture-of-experts"):
+        _core.Context(m, 32, 8, 2, "f32", "predictor")
+    with pytest.raises(Exception, match="ReLU"):  # SwiGLU experts: exact mode would change the function
+        _core.Context(m, 32, 8, 2, "f32", "exact")
     assert _core.Context(m, 32, 8, 2, "f32", "auto").sparse_mode == "off"
+
+
+@pytest.fixture(scope="module")
+def relu_experts(tmp_path_factory):
+    """Mixtral with ReLU experts (hidden_act relu: ReGLU experts, relu(gate x) * up x)."""
+    d = str(tmp_path_factory.mktemp("relu") / "hf")
+    os.makedirs(d)
+    tinymodel.write_bpe_tokenizer(d, "gpt2")
+    cfg = transformers.MixtralConfig(**{**COMMON, **dict(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        num_local_experts=4, num_experts_per_tok=2, hidden_act="relu", sliding_window=None)})
+    hf = transformers.MixtralForCausalLM._from_config(cfg, attn_implementation="eager", experts_implementation="eager",
+                                                      dtype=torch.float32)
+    hf = tinymodel.randomize(hf, seed=77)
+    hf.save_pretrained(d)
+    m = _core.Model(cv.convert(d, os.path.join(os.path.dirname(d), "relu.gguf"), type="f32", progress=False))
+    yield hf, m
+    m.close()
+
+
+def test_exact_sparse_experts_equal_dense(relu_experts):
+    """Exact mode skips the up rows of the routed experts' inactive neurons: the
+    function is dense's (and transformers'), for a prompt batch and cached steps."""
+    hf, m = relu_experts
+    toks = prompt(24, m.n_vocab, seed=31)
+    ref = tinymodel.hf_logits(hf, toks)
+    dense = _core.Context(m, 64, 64, 2, "f32", "off")
+    dense.decode(toks, all_logits=True)
+    assert rel_err(dense.logits_all(), ref) < RTOL
+    ex = _core.Context(m, 64, 64, 2, "f32", "exact")
+    assert ex.sparse_mode == "exact"
+    assert _core.Context(m, 32, 8, 2, "f32", "auto").sparse_mode == "exact"
+    ex.decode(toks[:16], all_logits=True)
+    rows = list(np.array(ex.logits_all()))
+    for t in toks[16:]:
+        ex.decode([t])
+        rows.append(np.array(ex.logits()))
+    got = np.stack(rows)
+    assert rel_err(got, np.asarray(dense.logits_all(), np.float64)) < 1e-5
+    assert rel_err(got, ref) < RTOL
+
+
+def _thresholded_hf(hf, t):
+    """HF's model with every expert activation a replaced by a * (|a| > t): threshold mode's function."""
+    import copy
+
+    class Thresholded(torch.nn.Module):
+        def __init__(self, act, t):
+            super().__init__()
+            self.act, self.t = act, t
+
+        def forward(self, x):
+            a = self.act(x)
+            return a * (a.abs() > self.t)
+
+    m = copy.deepcopy(hf)
+    for layer, tl in zip(m.model.layers, t):
+        layer.mlp.experts.act_fn = Thresholded(layer.mlp.experts.act_fn, tl)
+    return m
+
+
+def test_threshold_sparse_experts_match_thresholded_transformers(converted, tmp_path):
+    """SwiGLU experts in threshold mode: pinfer.sparse.act_thresholds per layer
+    drop the routed experts' small activations; transformers with the same
+    thresholded activation gives the same logits, the dense model others."""
+    from pinfer import extgguf
+
+    kind, hf, m, path = converted
+    toks = prompt(20, m.n_vocab, seed=32)
+    thr = [0.05, 0.08]
+    out = extgguf.add_sparse(path, str(tmp_path / "thr.gguf"), act_thresholds=thr)
+    mt = _core.Model(out)
+    ctx = _core.Context(mt, 64, 64, 2, "f32", "threshold")
+    ctx.decode(toks[:12], all_logits=True)
+    rows = list(np.array(ctx.logits_all()))
+    for t in toks[12:]:
+        ctx.decode([t])
+        rows.append(np.array(ctx.logits()))
+    got = np.stack(rows)
+    assert rel_err(got, tinymodel.hf_logits(_thresholded_hf(hf, thr), toks)) < RTOL, kind
+    assert rel_err(got, tinymodel.hf_logits(hf, toks)) > 10 * RTOL, kind  # the thresholds do change the function
+    mt.close()
 
 
 def test_corrupt_expert_count_is_named(converted, tmp_path):
