@@ -44,6 +44,16 @@ void accumulate_ffn_stats(const model &m, const ffn_build &b, std::vector<sparse
             for (int32_t e : s.experts_last)
                 if (e >= 0 && (uint32_t)e < m.hp.n_expert) s.expert_tokens[(size_t)e]++;
             s.n_tokens += p.experts->ne[1];
+            if (p.expert_act) {  // active neurons of the routed experts, per expert (sum_active / k per token)
+                const ggml_tensor *a = p.expert_act;
+                int64_t nz = 0;
+                for (int64_t c = 0; c < a->ne[1] * a->ne[2]; c++) {
+                    const float *col = (const float *)((const char *)a->data + (c % a->ne[1]) * a->nb[1] + (c / a->ne[1]) * a->nb[2]);
+                    for (int64_t i = 0; i < a->ne[0]; i++) nz += col[i] != 0.0f;
+                }
+                s.sum_active += nz / a->ne[1];
+                s.sum_union += nz / a->ne[1];
+            }
         }
         if (!p.idx) continue;
         const layer_weights &l = m.layers[il];

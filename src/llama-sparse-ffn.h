@@ -49,6 +49,7 @@ struct ffn_probe {
     ggml_tensor *act = nullptr;       // observe: act(gate x) [n, T] (ungated: act(up x))
     ggml_tensor *up = nullptr;        // observe, relu-both: up x (activity needs up > 0 too)
     ggml_tensor *experts = nullptr;   // stats, mixture of experts: the routed expert ids I32 [k, T]
+    ggml_tensor *expert_act = nullptr;  // stats, sparse experts: the routed experts' activations, 0 where inactive [n_ff, k, T]
 };
 
 // Per-graph settings and probes of the FFN builder (owned by the context).

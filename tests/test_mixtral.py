@@ -251,6 +251,24 @@ def test_exact_sparse_experts_equal_dense(relu_experts):
     got = np.stack(rows)
     assert rel_err(got, np.asarray(dense.logits_all(), np.float64)) < 1e-5
     assert rel_err(got, ref) < RTOL
+    # the statistics count the routed experts' active neurons: HF's own relu(gate x) > 0 rate
+    st = _core.Context(m, 64, 64, 2, "f32", "exact", True, False, False)
+    st.decode(toks, all_logits=True)
+    frac = st.sparse_stats()["layers"][0]["active_frac"]
+    import copy
+    m64 = copy.deepcopy(hf).to(torch.float64)
+    xs = []
+    hk = m64.model.layers[0].mlp.register_forward_pre_hook(lambda _m, a: xs.append(a[0][0]))
+    with torch.no_grad():
+        m64(torch.tensor([toks]))
+    hk.remove()
+    gate = m64.model.layers[0].mlp.gate
+    with torch.no_grad():
+        ids = torch.topk(gate(xs[0])[0], 2, dim=-1).indices
+        n = hf.config.intermediate_size
+        gu = m64.model.layers[0].mlp.experts.gate_up_proj
+        want = np.mean([float((xs[0][t] @ gu[e, :n].T > 0).double().mean()) for t in range(len(toks)) for e in ids[t]])
+    assert frac == pytest.approx(want, abs=1e-3)
 
 
 def _thresholded_hf(hf, t):
