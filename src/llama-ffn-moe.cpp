@@ -39,10 +39,12 @@ ggml_tensor *build_moe_ffn(ggml_context *ctx, ffn_build *b, const model &m, cons
         if (b->stats) b->probes[(size_t)il].expert_act = ffn_keep(a);
     } else if (mode == sparse_mode::THRESHOLD) {
         ggml_tensor *a2 = ggml_reshape_2d(ctx, ffn_act_unary(ctx, gate, m.hp.act), gate->ne[0], k * T);
-        ggml_tensor *a = ggml_reshape_3d(ctx, ggml_sparse_mask(ctx, a2, m.sparse.act_thresholds[(size_t)il]), gate->ne[0], k, T);
+        ggml_tensor *masked = ggml_sparse_mask(ctx, a2, m.sparse.act_thresholds[(size_t)il]);
+        if (b->stats) ffn_keep(masked);  // the node itself: the planner keeps its memory, not a view's
+        ggml_tensor *a = ggml_reshape_3d(ctx, masked, gate->ne[0], k, T);
         ggml_tensor *up = ggml_mul_mat_id_masked(ctx, l.ffn_up_exps, x3, ids, a);
         h = ggml_mul(ctx, a, m.hp.act == ffn_act::RELU_BOTH ? ggml_relu(ctx, up) : up);
-        if (b->stats) b->probes[(size_t)il].expert_act = ffn_keep(a);
+        if (b->stats) b->probes[(size_t)il].expert_act = a;
     } else {
         ggml_tensor *up = ggml_mul_mat_id(ctx, l.ffn_up_exps, x3, ids);
         h = ffn_act_gated(ctx, gate, up, m.hp.act);
