@@ -53,6 +53,9 @@ void accumulate_ffn_stats(const model &m, const ffn_build &b, std::vector<sparse
                 }
                 s.sum_active += nz / a->ne[1];
                 s.sum_union += nz / a->ne[1];
+            } else {  // dense experts: every neuron of each routed expert
+                s.sum_active += p.experts->ne[1] * (int64_t)m.hp.n_ff;
+                s.sum_union += p.experts->ne[1] * (int64_t)m.hp.n_ff;
             }
         }
         if (!p.idx) continue;

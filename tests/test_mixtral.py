@@ -25,7 +25,18 @@ import tinymodel  # noqa: E402
 from pinfer import _core  # noqa: E402
 from pinfer import convert as cv  # noqa: E402
 
-from test_families import COMMON, RTOL, prompt, rel_err  # noqa: E402
+RTOL = 1e-4
+COMMON = dict(vocab_size=tinymodel.vocab_size(), max_position_embeddings=256, bos_token_id=None,
+              eos_token_id=None, pad_token_id=None)
+
+
+def rel_err(ours, ref):
+    ours = np.asarray(ours, dtype=np.float64)
+    return float(np.max(np.abs(ours - ref)) / np.max(np.abs(ref)))
+
+
+def prompt(n, n_vocab, seed=0):
+    return np.random.default_rng(seed).integers(0, n_vocab, size=n).tolist()
 
 # name: (n_expert, n_expert_used)
 CASES = {"e4_top2": (4, 2), "e3_top1": (3, 1), "e8_top2": (8, 2)}
@@ -151,6 +162,7 @@ def test_routing_equals_transformers(converted):
     ctx = _core.Context(m, 64, 64, 2, "f32", "off", True, False, False)  # sparse_stats: expert ids recorded
     ctx.decode(toks[:32], all_logits=True)
     ours = [np.array(ctx.expert_ids(il)).reshape(32, k) for il in range(len(ref))]
+    assert ctx.sparse_stats()["layers"][0]["active_frac"] == 1.0  # dense experts: every routed neuron
     steps = [[] for _ in ref]
     for t in toks[32:]:
         ctx.decode([t])
