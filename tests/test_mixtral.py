@@ -347,3 +347,16 @@ def test_corrupt_expert_count_is_named(converted, tmp_path):
     w.close()
     with pytest.raises(Exception, match="expert_used_count"):
         _core.Model(out)
+
+
+def test_expert_ids_errors_name_the_problem(converted):
+    kind, hf, m, _ = converted
+    plain = _core.Context(m, 32, 8, 2, "f32", "off")
+    plain.decode([1, 2, 3])
+    with pytest.raises(ValueError, match="PINFER_SPARSE_FLAG_STATS"):
+        plain.expert_ids(0)
+    st = _core.Context(m, 32, 8, 2, "f32", "off", True, False, False)
+    st.decode([1, 2, 3])
+    assert len(st.expert_ids(1)) == 3 * CASES[kind][1]
+    with pytest.raises(ValueError, match="layer 2 outside"):
+        st.expert_ids(2)
