@@ -270,6 +270,7 @@ void pinfer_reset_sparse_stats(struct pinfer_context *ctx);  // also clears the 
 // Mixture of experts (needs PINFER_SPARSE_FLAG_STATS): the experts layer il's
 // router chose for the tokens of the last computed batch, n_expert_used per
 // token, token after token, into ids (room for n; may be NULL with n = 0).
+// The last layer routes only the tokens whose logits the batch keeps.
 // Returns how many there are (more than n: only n written), < 0 on error.
 int32_t pinfer_get_expert_ids(const struct pinfer_context *ctx, int32_t il, int32_t *ids, int32_t n);
 
