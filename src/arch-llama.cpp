@@ -111,6 +111,9 @@ void llama_like_hparams(const model_loader &ml, hparams &hp) {
     hp.attn_softcap = ml.get_float_in(a + "attn_logit_softcapping", 0.0f, 1e6f, 0.0f);
     hp.final_softcap = ml.get_float_in(a + "final_logit_softcapping", 0.0f, 1e6f, 0.0f);
     hp.embd_scale = fam.embd_scale ? std::sqrt((float)hp.n_embd) : 0.0f;
+    hp.n_expert = (uint32_t)ml.get_int_in(a + "expert_count", 0, L::max_experts, 0);
+    if (hp.n_expert > 0)
+        hp.n_expert_used = (uint32_t)ml.get_int_in(a + "expert_used_count", 1, hp.n_expert);
 }
 
 void llama_like_tensors(model_loader &ml, model &m) {
@@ -168,7 +171,13 @@ void llama_like_tensors(model_loader &ml, model &m) {
             l.ffn_post_norm = ml.tensor(m.ctx, p + "post_ffw_norm.weight", {E});
         }
         l.ffn_norm = ml.tensor(m.ctx, p + "ffn_norm.weight", {E});
-        if (fam.fused) {
+        if (hp.n_expert > 0) {  // a mixture of experts (Mixtral)
+            const int64_t X = hp.n_expert;
+            l.ffn_gate_inp = ml.tensor(m.ctx, p + "ffn_gate_inp.weight", {E, X});
+            l.ffn_gate_exps = ml.tensor(m.ctx, p + "ffn_gate_exps.weight", {E, F, X});
+            l.ffn_up_exps = ml.tensor(m.ctx, p + "ffn_up_exps.weight", {E, F, X});
+            l.ffn_down_exps = ml.tensor(m.ctx, p + "ffn_down_exps.weight", {F, E, X});
+        } else if (fam.fused) {
             ggml_tensor *gate_up = ml.tensor(m.ctx, p + "ffn_up.weight", {E, 2 * F});
             l.ffn_gate = model_loader::rows(m.ctx, gate_up, 0, F, 0);
             l.ffn_up = model_loader::rows(m.ctx, gate_up, F, F, 1);
@@ -176,7 +185,7 @@ void llama_like_tensors(model_loader &ml, model &m) {
             l.ffn_gate = ml.tensor(m.ctx, p + "ffn_gate.weight", {E, F});
             l.ffn_up = ml.tensor(m.ctx, p + "ffn_up.weight", {E, F});
         }
-        l.ffn_down = ml.tensor(m.ctx, p + "ffn_down.weight", {F, E});
+        if (hp.n_expert == 0) l.ffn_down = ml.tensor(m.ctx, p + "ffn_down.weight", {F, E});
     }
 }
 

@@ -338,7 +338,7 @@ void context::build_graph(const ubatch &ub, int n_kv, bool by_ids, kv_cache &kv,
     ggml_build_forward_expand(gf, logits);
     if (fb)  // probes off the logits' path (the observer's act, verify's true set) must run too
         for (const ffn_probe &pr : fb->probes)
-            for (ggml_tensor *t : {pr.idx, pr.idx_true, pr.act, pr.up})
+            for (ggml_tensor *t : {pr.idx, pr.idx_true, pr.act, pr.up, pr.experts, pr.expert_act})
                 if (t) ggml_build_forward_expand(gf, t);
     if (params_.prec_high)  // every weight product, dense or sparse (the predictor's too)
         for (int i = 0; i < ggml_graph_n_nodes(gf); i++) {

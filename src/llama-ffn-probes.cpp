@@ -36,6 +36,28 @@ void accumulate_ffn_stats(const model &m, const ffn_build &b, std::vector<sparse
     st.resize(m.hp.n_layer);
     for (uint32_t il = 0; il < m.hp.n_layer; il++) {
         const ffn_probe &p = b.probes[il];
+        if (p.experts) {
+            sparse_layer_stats &s = st[il];
+            const int32_t *ids = (const int32_t *)p.experts->data;  // the expert FFNs run on the CPU
+            s.experts_last.assign(ids, ids + ggml_nelements(p.experts));
+            s.expert_tokens.resize(m.hp.n_expert, 0);
+            for (int32_t e : s.experts_last)
+                if (e >= 0 && (uint32_t)e < m.hp.n_expert) s.expert_tokens[(size_t)e]++;
+            s.n_tokens += p.experts->ne[1];
+            if (p.expert_act) {  // active neurons of the routed experts, per expert (sum_active / k per token)
+                const ggml_tensor *a = p.expert_act;
+                int64_t nz = 0;
+                for (int64_t c = 0; c < a->ne[1] * a->ne[2]; c++) {
+                    const float *col = (const float *)((const char *)a->data + (c % a->ne[1]) * a->nb[1] + (c / a->ne[1]) * a->nb[2]);
+                    for (int64_t i = 0; i < a->ne[0]; i++) nz += col[i] != 0.0f;
+                }
+                s.sum_active += nz / a->ne[1];
+                s.sum_union += nz / a->ne[1];
+            } else {  // dense experts: every neuron of each routed expert
+                s.sum_active += p.experts->ne[1] * (int64_t)m.hp.n_ff;
+                s.sum_union += p.experts->ne[1] * (int64_t)m.hp.n_ff;
+            }
+        }
         if (!p.idx) continue;
         const layer_weights &l = m.layers[il];
         const bool gated = l.ffn_gate != nullptr;

@@ -49,6 +49,19 @@ ggml_tensor *build_attention(ggml_context *ctx, ggml_cgraph *gf, const hparams &
 static bool on_device(const graph_inputs &in, int il) { return in.dev && in.dev->plan->layers[(size_t)il].on_device; }
 
 ggml_tensor *build_ffn(ggml_context *ctx, ggml_cgraph *gf, const graph_inputs &in, const model &m, int il, ggml_tensor *x) {
+    if (m.layers[(size_t)il].ffn_gate_inp) {
+        // experts stay on the CPU (the plan gives a device layer no FFN share):
+        // the state goes down, the FFN output comes back up
+        const layer_weights &l = m.layers[(size_t)il];
+        if (!on_device(in, il)) return build_moe_ffn(ctx, in.ffn, m, l, il, x);
+        ggml_backend *be = ggml_get_backend(ctx);
+        ggml_tensor *x_h = ggml_transfer(ctx, x, true);
+        ggml_build_forward_expand(gf, x_h);
+        ggml_set_backend(ctx, nullptr);
+        ggml_tensor *y = build_moe_ffn(ctx, in.ffn, m, l, il, x_h);
+        ggml_set_backend(ctx, be);
+        return ggml_transfer(ctx, y, false);
+    }
     if (!on_device(in, il)) return build_sparse_ffn(ctx, gf, in.ffn, m, il, x, nullptr);
     ffn_device dev{&in.dev->w->layer((uint32_t)il), in.dev->w->bundle((uint32_t)il), in.dev->plan->layers[(size_t)il].k,
                    in.dev->stream_min > 0 && x->ne[1] >= in.dev->stream_min};

@@ -44,6 +44,10 @@ struct hparams {
     float attn_softcap = 0.0f;   // attention logits become c tanh(x / c); 0: off
     float final_softcap = 0.0f;  // the same for the output logits
     float embd_scale = 0.0f;     // token embeddings multiplied by it; 0: off
+    // Mixture of experts (Mixtral): n_expert FFNs per layer, each token runs
+    // the n_expert_used its router ranks highest (0: a dense FFN).
+    uint32_t n_expert = 0;
+    uint32_t n_expert_used = 0;
 
     uint32_t n_embd_gqa() const { return head_dim * n_head_kv; }
     bool is_swa(uint32_t il) const {

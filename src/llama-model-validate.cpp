@@ -80,6 +80,8 @@ static const layer_tensor k_layer_tensors[] = {
     {&layer_weights::ffn_up, role::matrix},    {&layer_weights::ffn_down, role::matrix},
     {&layer_weights::fc1, role::matrix},       {&layer_weights::fc2, role::matrix},
     {&layer_weights::ffn_down_t, role::matrix}, {&layer_weights::ffn_freq, role::vector},
+    {&layer_weights::ffn_gate_inp, role::matrix}, {&layer_weights::ffn_gate_exps, role::matrix},
+    {&layer_weights::ffn_up_exps, role::matrix}, {&layer_weights::ffn_down_exps, role::matrix},
 };
 
 static std::string finite_problem(const float *x, int64_t n) {

@@ -26,6 +26,7 @@ struct hparam_limits {
     static constexpr float max_eps = 1.0f;
     static constexpr float max_rope_base = 1e12f;
     static constexpr float max_rope_factor = 1e6f;
+    static constexpr int64_t max_experts = 1024;
 };
 
 // After the architecture read its hyperparameters, before anything sized by

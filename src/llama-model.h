@@ -26,6 +26,11 @@ struct layer_weights {
     ggml_tensor *attn_post_norm = nullptr, *ffn_post_norm = nullptr;  // norms of the attention and FFN outputs (gemma2/3)
     ggml_tensor *ffn_norm = nullptr, *ffn_norm_b = nullptr;
     ggml_tensor *ffn_gate = nullptr, *ffn_up = nullptr, *ffn_down = nullptr;
+    // Mixture of experts (llama.cpp's names): the router [d, n_expert] and the
+    // experts' stacked matrices, gate/up [d, n_ff, n_expert], down [n_ff, d, n_expert];
+    // a layer has these instead of ffn_gate/up/down.
+    ggml_tensor *ffn_gate_inp = nullptr;
+    ggml_tensor *ffn_gate_exps = nullptr, *ffn_up_exps = nullptr, *ffn_down_exps = nullptr;
     // Neuron-aware extras (extended GGUF, docs/extended-gguf.md); all optional.
     ggml_tensor *fc1 = nullptr;         // predictor A: ne [d, r_l]
     ggml_tensor *fc2 = nullptr;         // predictor B: ne [r_l, n]

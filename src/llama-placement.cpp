@@ -100,13 +100,15 @@ hybrid_plan make_hybrid_plan(const model &m, const plan_request &r) {
     // attention (with norms, predictor and KV cache) layer by layer, as -ngl fills;
     // whole_layers: each layer with its whole FFN, the llama.cpp way
     const uint32_t want = r.n_gpu_layers < 0 ? L : std::min<uint32_t>(L, (uint32_t)r.n_gpu_layers);
+    // a mixture of experts keeps its experts on the CPU (per-expert placement is future work)
+    const bool moe = m.hp.n_expert > 0;
     for (uint32_t il = 0; il < want; il++) {
         const uint64_t a = device_layer_bytes(m, il, 0, bundle, true), kv = kv_layer_bytes(m, r);
-        const uint64_t f = r.whole_layers ? device_layer_bytes(m, il, n, bundle, false) : 0;
+        const uint64_t f = r.whole_layers && !moe ? device_layer_bytes(m, il, n, bundle, false) : 0;
         if (a + kv + f > left) break;
         left -= a + kv + f;
         p.layers[il].on_device = true;
-        p.layers[il].k = r.whole_layers ? n : 0;
+        p.layers[il].k = r.whole_layers && !moe ? n : 0;
         p.attn_bytes += a;
         p.kv_bytes += kv;
         p.ffn_bytes += f;
@@ -128,6 +130,12 @@ hybrid_plan make_hybrid_plan(const model &m, const plan_request &r) {
         p.notice = msg;
     }
 
+    if (moe) {
+        if (!p.notice.empty()) p.notice += "; ";
+        p.notice += "the mixture-of-experts FFNs stay on the CPU (the device runs attention)";
+        p.kind = PLACEMENT_EXACT;
+        return p;
+    }
     if (r.whole_layers) {
         p.kind = PLACEMENT_EXACT;  // nothing chosen: every device layer holds its whole FFN
         p.whole_layers = true;

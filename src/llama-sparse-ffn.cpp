@@ -36,6 +36,9 @@ bool sparse_mode_from_name(const std::string &name, sparse_mode *out) {
 static bool relu_family(const model &m) { return m.hp.act == ffn_act::RELU || m.hp.act == ffn_act::RELU_BOTH; }
 
 std::string sparse_mode_unsupported(const model &m, sparse_mode mode) {
+    if (m.hp.n_expert > 0 && mode == sparse_mode::PREDICTOR)
+        return "predictor sparse mode is not implemented for mixture-of-experts FFNs yet (this model has " +
+               std::to_string(m.hp.n_expert) + " experts per layer; exact (ReLU experts) and threshold modes are)";
     switch (mode) {
         case sparse_mode::OFF:
         case sparse_mode::AUTO: return "";
@@ -60,7 +63,7 @@ std::string sparse_mode_unsupported(const model &m, sparse_mode mode) {
 
 sparse_mode resolve_sparse_mode(const model &m, sparse_mode requested) {
     if (requested == sparse_mode::AUTO) {
-        if (m.sparse.has_predictors) return sparse_mode::PREDICTOR;
+        if (m.sparse.has_predictors && m.hp.n_expert == 0) return sparse_mode::PREDICTOR;
         if (relu_family(m)) return sparse_mode::EXACT;
         if (m.sparse.act_thresholds.size() == m.hp.n_layer) return sparse_mode::THRESHOLD;
         return sparse_mode::OFF;

@@ -48,6 +48,8 @@ struct ffn_probe {
     ggml_tensor *idx_true = nullptr;  // verify (predictor): the true active set
     ggml_tensor *act = nullptr;       // observe: act(gate x) [n, T] (ungated: act(up x))
     ggml_tensor *up = nullptr;        // observe, relu-both: up x (activity needs up > 0 too)
+    ggml_tensor *experts = nullptr;   // stats, mixture of experts: the routed expert ids I32 [k, T]
+    ggml_tensor *expert_act = nullptr;  // stats, sparse experts: the routed experts' activations, 0 where inactive [n_ff, k, T]
 };
 
 // Per-graph settings and probes of the FFN builder (owned by the context).
@@ -76,6 +78,10 @@ struct ffn_device {
 ggml_tensor *build_sparse_ffn(ggml_context *ctx, ggml_cgraph *gf, ffn_build *b, const model &mdl, int il, ggml_tensor *x,
                               const ffn_device *dev);
 
+// The FFN of a mixture-of-experts layer (l.ffn_gate_inp set; llama-ffn-moe.cpp)
+// on x [d, T], dense inside the routed experts, on the side the context builds for.
+ggml_tensor *build_moe_ffn(ggml_context *ctx, ffn_build *b, const model &m, const layer_weights &l, int il, ggml_tensor *x);
+
 // ---- statistics the context accumulates from the probes ----
 
 struct sparse_layer_stats {
@@ -85,6 +91,10 @@ struct sparse_layer_stats {
     int64_t sum_true = 0;      // verify: Σ_t |true active set|
     int64_t sum_hit = 0;       // verify: Σ_t |predicted ∩ true|
     double flops_predictor = 0, flops_ffn = 0, flops_dense = 0;
+    // mixture of experts: the routed experts of the last batch (k per token,
+    // token after token) and the tokens each expert got since the reset
+    std::vector<int32_t> experts_last;
+    std::vector<int64_t> expert_tokens;
 };
 
 // |act| histogram (bins = the top 15 bits of the float, i.e. 128 bins per

@@ -479,6 +479,24 @@ int32_t pinfer_model_sparse_mode_check(const pinfer_model *model, int32_t mode) 
 
 int32_t pinfer_context_sparse_mode(const pinfer_context *ctx) { return (int32_t)ctx->c->mode(); }
 
+int32_t pinfer_get_expert_ids(const pinfer_context *ctx, int32_t il, int32_t *ids, int32_t n) {
+    return guarded<>(-1, [&] {
+        if (!ctx || (n > 0 && !ids) || n < 0) throw std::invalid_argument("pinfer_get_expert_ids: bad argument");
+        const pinfer::context &c = *ctx->c;
+        if (!c.params().sparse_stats && !c.params().sparse_verify)
+            throw std::invalid_argument("expert ids are recorded with the sparse statistics: create the context with "
+                                        "PINFER_SPARSE_FLAG_STATS");
+        if (c.mdl().hp.n_expert == 0) throw std::invalid_argument("the model has no mixture-of-experts layers");
+        const auto &st = c.sparse_stats();
+        if (il < 0 || (size_t)il >= st.size())
+            throw std::invalid_argument("pinfer_get_expert_ids: layer " + std::to_string(il) + " outside [0, " +
+                                        std::to_string(st.size()) + ")");
+        const std::vector<int32_t> &e = st[(size_t)il].experts_last;
+        std::copy(e.begin(), e.begin() + std::min<size_t>(e.size(), (size_t)n), ids);
+        return (int32_t)e.size();
+    });
+}
+
 int32_t pinfer_get_sparse_stats(const pinfer_context *ctx, pinfer_sparse_stats *stats, pinfer_sparse_layer_stats *layers,
                                 int32_t n_layer) {
     return guarded<>(-1, [&] {

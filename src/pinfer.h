@@ -267,6 +267,12 @@ struct pinfer_sparse_stats {
 int32_t pinfer_get_sparse_stats(const struct pinfer_context *ctx, struct pinfer_sparse_stats *stats,
                                 struct pinfer_sparse_layer_stats *layers, int32_t n_layer);
 void pinfer_reset_sparse_stats(struct pinfer_context *ctx);  // also clears the observer
+// Mixture of experts (needs PINFER_SPARSE_FLAG_STATS): the experts layer il's
+// router chose for the tokens of the last computed batch, n_expert_used per
+// token, token after token, into ids (room for n; may be NULL with n = 0).
+// The last layer routes only the tokens whose logits the batch keeps.
+// Returns how many there are (more than n: only n written), < 0 on error.
+int32_t pinfer_get_expert_ids(const struct pinfer_context *ctx, int32_t il, int32_t *ids, int32_t n);
 
 // FFN activation observer (PINFER_SPARSE_FLAG_OBSERVE). For layer il: the
 // threshold t such that a fraction q of the observed |act(gate)| values (ungated

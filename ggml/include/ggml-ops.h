@@ -45,4 +45,6 @@
     X(MUL_MAT_SPARSE_ROWS, mul_mat_sparse_rows, 3, 3, 0, 1, 1)  /* row-sparse (gate/up) */     \
     X(SPARSE_DOWN, sparse_down, 3, 4, 0, 1, 1)  /* column-sparse down on ffn_down_t */         \
     X(SPARSE_MASK, sparse_mask, 1, 1, 0, 0, 0)  /* a where |a| > threshold, else 0 */          \
-    X(SPARSE_FFN, sparse_ffn, 3, 6, 0, 1, 1)    /* fused gated FFN over a neuron bundle */
+    X(SPARSE_FFN, sparse_ffn, 3, 6, 0, 1, 1)    /* fused gated FFN over a neuron bundle */     \
+    X(TOP_K, top_k, 1, 1, 0, 0, 0)              /* ids of each row's k largest, descending */  \
+    X(MUL_MAT_ID, mul_mat_id, 3, 4, 0, 1, 1)    /* routed experts' products; src3: row mask */

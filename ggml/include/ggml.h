@@ -201,7 +201,8 @@ struct ggml_tensor *ggml_mul_mat(struct ggml_context *ctx, struct ggml_tensor *a
 // the activations to about 16 bits; costs integer work, not weight traffic.
 enum ggml_prec { GGML_PREC_DEFAULT = 0, GGML_PREC_HIGH = 1 };
 void ggml_set_prec(struct ggml_tensor *node, enum ggml_prec prec);
-// a [K, R, ...] any type, idx I32 [n] -> F32 [K, n]
+// a [K, R, A2, A3] any type, idx I32 [n, I1, I2] -> F32 [K, n, I1, I2]: row
+// idx[j, i1, i2] of plane (i1 % A2, i2 % A3) of a.
 struct ggml_tensor *ggml_get_rows(struct ggml_context *ctx, struct ggml_tensor *a, struct ggml_tensor *idx);
 enum ggml_rope_mode { GGML_ROPE_NORMAL = 0, GGML_ROPE_NEOX = 2 };
 // a [head_dim, n_head, n_tokens] F32, pos I32 [n_tokens]; rotates the first n_dims of each head.
@@ -225,6 +226,23 @@ struct ggml_tensor *ggml_swiglu(struct ggml_context *ctx, struct ggml_tensor *a,
 struct ggml_tensor *ggml_reglu(struct ggml_context *ctx, struct ggml_tensor *a, struct ggml_tensor *b);
 struct ggml_tensor *ggml_geglu(struct ggml_context *ctx, struct ggml_tensor *a, struct ggml_tensor *b);
 struct ggml_tensor *ggml_argmax(struct ggml_context *ctx, struct ggml_tensor *a);  // I32 [ne1]
+// a F32 [n, T] -> I32 [k, T]: per column the ids of its k largest values,
+// largest first; ties go to the lower id, NaN is never chosen over a number.
+struct ggml_tensor *ggml_top_k(struct ggml_context *ctx, struct ggml_tensor *a, int k);
+// Mixture of experts: as [K, M, E] (E expert matrices, any weight type),
+// b F32 [K, B1, T] (B1 = 1: one column per token for every slot; B1 = n_used:
+// a column per slot), ids I32 [n_used, T] (expert of slot s of token t) ->
+// F32 [M, n_used, T]: dst[:, s, t] = as[:, :, ids[s, t]] . b[:, s % B1, t].
+// Only the routed experts' matrices are read; a batch's tokens may route to
+// different experts. Honours ggml_set_prec like mul_mat.
+struct ggml_tensor *ggml_mul_mat_id(struct ggml_context *ctx, struct ggml_tensor *as, struct ggml_tensor *b,
+                                    struct ggml_tensor *ids);
+// The same where mask F32 [M, n_used, T] is nonzero, 0 elsewhere: a weight row
+// is read only when some column of its expert needs it (the up rows of sparse
+// experts: mask = relu(gate) for ReLU experts, the thresholded activation for
+// SwiGLU ones).
+struct ggml_tensor *ggml_mul_mat_id_masked(struct ggml_context *ctx, struct ggml_tensor *as, struct ggml_tensor *b,
+                                           struct ggml_tensor *ids, struct ggml_tensor *mask);
 // Copy a into b (same element count; F32 <-> F16/BF16/F32); returns a view of b.
 struct ggml_tensor *ggml_cpy(struct ggml_context *ctx, struct ggml_tensor *a, struct ggml_tensor *b);
 struct ggml_tensor *ggml_cont(struct ggml_context *ctx, struct ggml_tensor *a);

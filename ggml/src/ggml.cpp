@@ -328,7 +328,9 @@ void ggml_set_prec(ggml_tensor *t, ggml_prec prec) {
 
 ggml_tensor *ggml_get_rows(ggml_context *ctx, ggml_tensor *a, ggml_tensor *idx) {
     if (idx->type != GGML_TYPE_I32) ggml_abort("get_rows: indices must be I32");
-    ggml_tensor *r = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, a->ne[0], idx->ne[0]);
+    if (idx->ne[3] != 1) ggml_abort("get_rows: indices must have at most 3 dims");
+    if (idx->ne[1] % a->ne[2] || idx->ne[2] % a->ne[3]) ggml_abort("get_rows: cannot broadcast a's planes over idx");
+    ggml_tensor *r = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, a->ne[0], idx->ne[0], idx->ne[1], idx->ne[2]);
     r->op = GGML_OP_GET_ROWS;
     r->src[0] = a;
     r->src[1] = idx;
@@ -373,6 +375,38 @@ ggml_tensor *ggml_tanh(ggml_context *ctx, ggml_tensor *a) { return unary(ctx, GG
 ggml_tensor *ggml_swiglu(ggml_context *ctx, ggml_tensor *a, ggml_tensor *b) { return gated(ctx, GGML_OP_SWIGLU, a, b); }
 ggml_tensor *ggml_reglu(ggml_context *ctx, ggml_tensor *a, ggml_tensor *b) { return gated(ctx, GGML_OP_REGLU, a, b); }
 ggml_tensor *ggml_geglu(ggml_context *ctx, ggml_tensor *a, ggml_tensor *b) { return gated(ctx, GGML_OP_GEGLU, a, b); }
+
+ggml_tensor *ggml_top_k(ggml_context *ctx, ggml_tensor *a, int k) {
+    if (a->type != GGML_TYPE_F32 || a->ne[2] != 1 || a->ne[3] != 1) ggml_abort("top_k: a must be a 2-D F32 tensor");
+    if (k < 1 || k > a->ne[0]) ggml_abort("top_k: k = %d outside [1, %lld]", k, (long long)a->ne[0]);
+    ggml_tensor *r = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, k, a->ne[1]);
+    r->op = GGML_OP_TOP_K;
+    r->src[0] = a;
+    return r;
+}
+
+ggml_tensor *ggml_mul_mat_id(ggml_context *ctx, ggml_tensor *as, ggml_tensor *b, ggml_tensor *ids) {
+    if (as->ne[3] != 1) ggml_abort("mul_mat_id: as must be [K, M, n_expert]");
+    if (as->ne[0] != b->ne[0]) ggml_abort("mul_mat_id: K mismatch %lld vs %lld", (long long)as->ne[0], (long long)b->ne[0]);
+    if (!ggml_is_contiguous_rows(as)) ggml_abort("mul_mat_id: rows of as must be contiguous");
+    if (b->type != GGML_TYPE_F32 || b->ne[3] != 1) ggml_abort("mul_mat_id: b must be F32 [K, 1 or n_used, T]");
+    if (ids->type != GGML_TYPE_I32 || ids->ne[2] != 1 || ids->ne[3] != 1 || ids->ne[1] != b->ne[2])
+        ggml_abort("mul_mat_id: ids must be I32 [n_used, T] with T = b's ne[2]");
+    if (b->ne[1] != 1 && b->ne[1] != ids->ne[0]) ggml_abort("mul_mat_id: b's ne[1] must be 1 or n_used");
+    ggml_tensor *r = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, as->ne[1], ids->ne[0], ids->ne[1]);
+    r->op = GGML_OP_MUL_MAT_ID;
+    r->src[0] = as;
+    r->src[1] = b;
+    r->src[2] = ids;
+    return r;
+}
+
+ggml_tensor *ggml_mul_mat_id_masked(ggml_context *ctx, ggml_tensor *as, ggml_tensor *b, ggml_tensor *ids, ggml_tensor *mask) {
+    ggml_tensor *r = ggml_mul_mat_id(ctx, as, b, ids);
+    if (mask->type != GGML_TYPE_F32 || !ggml_are_same_shape(mask, r)) ggml_abort("mul_mat_id: mask must be F32 [M, n_used, T]");
+    r->src[3] = mask;
+    return r;
+}
 
 ggml_tensor *ggml_argmax(ggml_context *ctx, ggml_tensor *a) {
     if (a->type != GGML_TYPE_F32 || a->ne[2] != 1 || a->ne[3] != 1) ggml_abort("argmax: a must be a 2-D F32 tensor");

@@ -23,6 +23,10 @@ Supported architectures (config.json "architectures"; the table FAMILIES):
   fixed layer pattern (Gemma 2: every other layer, Gemma 3: 5 of 6; other
   layer_types are refused); attention.scale from query_pre_attn_scalar where it is
   not head_dim. Gemma 3: rope.freq_base_swa for the windowed layers.
+- MixtralForCausalLM -> "llama" with llama.expert_count / expert_used_count, as
+  llama.cpp writes Mixtral: block_sparse_moe.gate -> blk.N.ffn_gate_inp, and the
+  experts' w1 / w3 / w2 stacked into the 3-D blk.N.ffn_gate_exps / ffn_up_exps /
+  ffn_down_exps (numpy [n_expert, n_ff, d] and [n_expert, d, n_ff]).
 - Phi3ForCausalLM -> "phi3": qkv_proj -> attn_qkv and gate_up_proj -> ffn_up stay
   fused, as llama.cpp writes them; sliding_window on every layer.
 - FalconForCausalLM (also the older RWForCausalLM) -> "falcon": fused
@@ -426,8 +430,9 @@ def _rope_meta(cfg: dict, n_rot: int, layer_type: Optional[str] = None) -> Tuple
     return meta, tensors
 
 
-# (gguf name, hf name or None for a tensor made here, producer)
-Plan = List[Tuple[str, Optional[str], Callable[[], np.ndarray]]]
+# (gguf name, hf name -- a tuple of names: stacked along a new first axis --
+# or None for a tensor made here, producer)
+Plan = List[Tuple[str, Union[None, str, Tuple[str, ...]], Callable[[], np.ndarray]]]
 
 
 def _constant(a: np.ndarray) -> Callable[[], np.ndarray]:
@@ -446,6 +451,7 @@ class _Family(NamedTuple):
     fused: bool = False       # Phi-3: qkv_proj -> attn_qkv, gate_up_proj -> ffn_up
     window: str = "none"      # sliding window: "none" (refused), "all" layers, or "pattern" (every swa_pattern)
     swa_pattern: int = 0      # windowed unless i % p == p - 1 (llama.cpp's fixed pattern for the arch)
+    moe: bool = False         # Mixtral: block_sparse_moe (router + experts) in place of mlp
 
 
 FAMILIES = {
@@ -458,6 +464,7 @@ FAMILIES = {
     "Gemma3ForCausalLM": _Family("gemma3", plus_one=True, post_norms=True, qk_norm=True, window="pattern",
                                  swa_pattern=6),
     "Phi3ForCausalLM": _Family("phi3", fused=True, window="all"),
+    "MixtralForCausalLM": _Family("llama", permute_qk=True, window="all", moe=True),
 }
 
 
@@ -498,6 +505,12 @@ def _llama_like(cfg: dict, fam: _Family, w: _Weights, ffn_act: Optional[str]) ->
         "rope.dimension_count": n_rot,
         "ffn_act": ffn,
     }
+    if fam.moe:
+        n_expert, n_used = int(cfg["num_local_experts"]), int(cfg["num_experts_per_tok"])
+        if not 1 <= n_used <= n_expert:
+            raise ConvertError(f"num_experts_per_tok {n_used} outside [1, num_local_experts = {n_expert}]")
+        meta["expert_count"] = n_expert
+        meta["expert_used_count"] = n_used
     if head_dim * n_head != n_embd or fam.qk_norm:
         meta["attention.key_length"] = head_dim
         meta["attention.value_length"] = head_dim
@@ -577,6 +590,13 @@ def _llama_like(cfg: dict, fam: _Family, w: _Weights, ffn_act: Optional[str]) ->
             add(b + "post_ffw_norm.weight", p + "post_feedforward_layernorm.weight")
         else:
             add(b + "ffn_norm.weight", p + "post_attention_layernorm.weight")
+        if fam.moe:
+            moe = p + "block_sparse_moe."
+            add(b + "ffn_gate_inp.weight", moe + "gate.weight")
+            for dst, hf in (("ffn_gate_exps", "w1"), ("ffn_up_exps", "w3"), ("ffn_down_exps", "w2")):
+                srcs = tuple(f"{moe}experts.{e}.{hf}.weight" for e in range(meta["expert_count"]))
+                plan.append((b + dst + ".weight", srcs, (lambda s=srcs: np.stack([w.get(x) for x in s]))))
+            continue
         if fam.fused:
             add(b + "ffn_up.weight", p + "mlp.gate_up_proj.weight")  # rows [gate; up]
         else:
@@ -719,7 +739,7 @@ def convert(hf_dir: str, out_path: str, type: str = "f16", ffn_act: Optional[str
     n_vocab = w.shape(embd_name)[0]
     tok = _tokenizer_meta(hf_dir, cfg, n_vocab)
 
-    used = {src for _, src, _ in plan}
+    used = {s for _, src, _ in plan for s in (src if isinstance(src, tuple) else (src,))}
     extra = [n for n in w.names() if n not in used and not n.endswith("rotary_emb.inv_freq")
              and n != "lm_head.weight"]
     if extra:
@@ -770,8 +790,10 @@ def convert(hf_dir: str, out_path: str, type: str = "f16", ffn_act: Optional[str
         jobs = []
         fallback = []
         for dst, src, fn in plan:
-            shape = w.shape(src) if src is not None else fn().shape
-            if len(shape) == 1 or type == "f32":
+            shape = ((len(src),) + w.shape(src[0]) if isinstance(src, tuple) else w.shape(src) if src is not None
+                     else fn().shape)
+            # routers stay F32 (as llama.cpp's)
+            if len(shape) == 1 or type == "f32" or dst.endswith("ffn_gate_inp.weight"):
                 t = "f32"
             elif info["is_quantized"] and shape[-1] % info["blck_size"]:
                 t = "f16"
@@ -787,7 +809,7 @@ def convert(hf_dir: str, out_path: str, type: str = "f16", ffn_act: Optional[str
                 wr.add_tensor_info(dst, shape, np.dtype(np.uint16), 2 * n, raw_dtype=gguf.GGMLQuantizationType.BF16)
             else:
                 rb = shape[-1] // info["blck_size"] * info["type_size"]
-                wr.add_tensor_info(dst, (shape[0], rb), np.dtype(np.uint8), shape[0] * rb,
+                wr.add_tensor_info(dst, (*shape[:-1], rb), np.dtype(np.uint8), int(np.prod(shape[:-1])) * rb,
                                    raw_dtype=gguf.GGMLQuantizationType(qtype))
             jobs.append((dst, t, fn, n))
         if fallback:
@@ -816,7 +838,7 @@ def convert(hf_dir: str, out_path: str, type: str = "f16", ffn_act: Optional[str
             elif t == "bf16":
                 out = _to_bf16_bits(a)
             else:
-                out = _core.quantize(qtype, a)
+                out = _core.quantize(qtype, a.reshape(-1, a.shape[-1])).reshape(*a.shape[:-1], -1)
             wr.write_tensor_data(out)
             if bar is not None:
                 bar.set_postfix_str(dst, refresh=False)

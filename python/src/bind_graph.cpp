@@ -298,6 +298,34 @@ struct Graph {
             f32(s[0], "a");
             if (s[0]->ne[2] != 1 || s[0]->ne[3] != 1) throw nb::value_error("argmax: a must be 2-D");
             r = ggml_argmax(ctx, s[0]);
+        } else if (op == GGML_OP_TOP_K) {
+            f32(s[0], "a");
+            if (s[0]->ne[2] != 1 || s[0]->ne[3] != 1) throw nb::value_error("top_k: a must be 2-D");
+            const int k = iparam(params, "k", 1);
+            if (k < 1 || k > s[0]->ne[0]) throw nb::value_error("top_k: k must be in [1, n]");
+            r = ggml_top_k(ctx, s[0], k);
+        } else if (op == GGML_OP_MUL_MAT_ID) {
+            ggml_tensor *as = s[0], *b = s[1], *ids = s[2];
+            f32(b, "b");
+            if (as->ne[3] != 1 || !ggml_is_contiguous_rows(as) || !has_dot(as->type))
+                throw nb::value_error("mul_mat_id: as must be [n_expert, M, K] with contiguous rows of a multipliable type");
+            if (b->ne[0] != as->ne[0] || b->ne[3] != 1) throw nb::value_error("mul_mat_id: b must be [T, 1 or n_used, K]");
+            if (ids->type != GGML_TYPE_I32 || ids->ne[2] != 1 || ids->ne[3] != 1 || ids->ne[1] != b->ne[2] ||
+                (b->ne[1] != 1 && b->ne[1] != ids->ne[0]))
+                throw nb::value_error("mul_mat_id: ids must be int32 [T, n_used] with b [T, 1 or n_used, K]");
+            if (ids->data)
+                for (int64_t i = 0; i < ggml_nelements(ids); i++) {
+                    const int32_t v = ((const int32_t *)ids->data)[i];
+                    if (v < 0 || v >= as->ne[2]) throw nb::index_error(("mul_mat_id: expert id " + std::to_string(v) + " out of range").c_str());
+                }
+            if (s.size() > 3) {
+                f32(s[3], "mask");
+                if (s[3]->ne[0] != as->ne[1] || s[3]->ne[1] != ids->ne[0] || s[3]->ne[2] != ids->ne[1] || s[3]->ne[3] != 1)
+                    throw nb::value_error("mul_mat_id: mask must be [T, n_used, M]");
+                r = ggml_mul_mat_id_masked(ctx, as, b, ids, s[3]);
+            } else {
+                r = ggml_mul_mat_id(ctx, as, b, ids);
+            }
         } else if (op == GGML_OP_CPY) {
             if (ggml_nelements(s[0]) != ggml_nelements(s[1])) throw nb::value_error("cpy: element counts differ");
             auto ok = [](ggml_type x) { return x == GGML_TYPE_F32 || x == GGML_TYPE_F16 || x == GGML_TYPE_BF16; };

@@ -507,6 +507,15 @@ class Context {
     }
     void reset_sparse_stats() { pinfer_reset_sparse_stats(holder()->p); }
 
+    // Mixture of experts: layer il's routed experts for the last batch, k per token.
+    std::vector<int32_t> expert_ids(int32_t il) const {
+        const int32_t n = pinfer_get_expert_ids(holder()->p, il, nullptr, 0);
+        if (n < 0) throw nb::value_error(last_error("expert_ids").c_str());
+        std::vector<int32_t> out((size_t)n);
+        if (n && pinfer_get_expert_ids(holder()->p, il, out.data(), n) != n) throw nb::value_error(last_error("expert_ids").c_str());
+        return out;
+    }
+
     float act_quantile(int32_t il, double q) const {
         float t;
         if (pinfer_ffn_act_quantile(holder()->p, il, q, &t) != 0) throw nb::value_error(last_error("act_quantile").c_str());
@@ -688,6 +697,8 @@ void bind_llama(nb::module_ &m) {
         .def("reset_transfer_stats", &Context::reset_transfer_stats)
         .def_prop_ro("sparse_mode", &Context::sparse_mode, "The sparse FFN mode this context runs (auto resolved).")
         .def("sparse_stats", &Context::sparse_stats, "Per-layer active fractions, FLOPs, recall, logit difference.")
+        .def("expert_ids", &Context::expert_ids, nb::arg("layer"),
+             "Mixture of experts (sparse_stats=True): layer's routed experts for the last batch, n_expert_used per token.")
         .def("reset_sparse_stats", &Context::reset_sparse_stats)
         .def("act_quantile", &Context::act_quantile, nb::arg("layer"), nb::arg("q"),
              "Observer: threshold t with a fraction q of the observed |act(gate)| values <= t.")

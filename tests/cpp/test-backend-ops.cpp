@@ -80,6 +80,17 @@ struct inputs {
         memcpy(b.data(), v.data(), b.size());
         return add(t, std::move(b));
     }
+    // Expert ids I32 [k, T]: k distinct experts of E per token, at random.
+    ggml_tensor *expert_ids(int64_t E, int64_t k, int64_t T) {
+        std::vector<int32_t> v;
+        for (int64_t t = 0; t < T; t++) {
+            std::vector<int32_t> e((size_t)E);
+            for (int64_t i = 0; i < E; i++) e[(size_t)i] = (int32_t)i;
+            std::shuffle(e.begin(), e.end(), rng);
+            v.insert(v.end(), e.begin(), e.begin() + k);
+        }
+        return i32(v, k, T);
+    }
     // An active index list over n neurons for T tokens (ggml.h layout), each
     // neuron active with probability p; the last column is the union.
     ggml_tensor *index_list(int64_t n, int64_t T, double p) {
@@ -141,6 +152,12 @@ static std::vector<op_case> make_cases() {
             return ggml_soft_max_ext(in.ctx, in.f32(T + 7, T, 4, 1, -3, 3), in.f32(T + 7, T, 1, 1, -2, 0), 0.125f);
         });
         add("argmax" + t, 0, [T](inputs &in) { return ggml_argmax(in.ctx, in.f32(101, T)); });
+        add("top_k" + t, 0, [T](inputs &in) { return ggml_top_k(in.ctx, in.f32(8, T), 2); });
+        add("top_k k=n" + t, 0, [T](inputs &in) { return ggml_top_k(in.ctx, in.f32(6, T), 6); });
+        add("get_rows batched (router weights)" + t, 0, [T](inputs &in) {
+            ggml_tensor *p = ggml_reshape_3d(in.ctx, in.f32(8, T), 1, 8, T);
+            return ggml_get_rows(in.ctx, p, in.expert_ids(8, 2, T));
+        });
         for (int mode : {GGML_ROPE_NORMAL, GGML_ROPE_NEOX})
             add(std::string("rope ") + (mode ? "neox" : "normal") + t, 1e-9, [T, mode](inputs &in) {
                 std::vector<int32_t> pos((size_t)T);
@@ -187,6 +204,23 @@ static std::vector<op_case> make_cases() {
                     for (int64_t i = 0; i < K * T; i++) f[i] *= (i / K) % 3 == 0 ? 1e5f : (i / K) % 3 == 1 ? 1e-4f : 1.0f;
                     return ggml_mul_mat(in.ctx, in.weights(wt, K, M), x);
                 });
+            // a mixture of experts: 4 experts, 2 per token, routed at random (some get none, some many)
+            for (int64_t B1 : {1, 2})
+                add("mul_mat_id b1=" + std::to_string(B1) + w, tol, [=](inputs &in) {
+                    ggml_tensor *as = ggml_reshape_3d(in.ctx, in.weights(wt, K, 4 * M), K, M, 4);
+                    return ggml_mul_mat_id(in.ctx, as, in.f32(K, B1, T), in.expert_ids(4, 2, T));
+                });
+            add("mul_mat_id masked" + w, tol, [=](inputs &in) {  // the sparse experts' up rows
+                ggml_tensor *as = ggml_reshape_3d(in.ctx, in.weights(wt, K, 4 * M), K, M, 4);
+                ggml_tensor *mask = ggml_relu(in.ctx, ggml_reshape_3d(in.ctx, in.f32(M, 2 * T, 1, 1, -1.0f, 0.5f), M, 2, T));
+                return ggml_mul_mat_id_masked(in.ctx, as, in.f32(K, 1, T), in.expert_ids(4, 2, T), mask);
+            });
+            add("mul_mat_id prec high" + w, 1e-8, [=](inputs &in) {
+                ggml_tensor *as = ggml_reshape_3d(in.ctx, in.weights(wt, K, 3 * M), K, M, 3);
+                ggml_tensor *r = ggml_mul_mat_id(in.ctx, as, in.f32(K, 1, T), in.expert_ids(3, 2, T));
+                ggml_set_prec(r, GGML_PREC_HIGH);
+                return r;
+            });
             add("get_rows" + w, 0, [=](inputs &in) {
                 return ggml_get_rows(in.ctx, in.weights(wt, K, M), in.i32({3, 0, 18, 3, 7}, 5));
             });

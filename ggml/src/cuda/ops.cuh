@@ -15,6 +15,8 @@ int op_copy(context &c, ggml_tensor *dst);  // dup, cpy
 int op_get_rows(context &c, ggml_tensor *dst);
 int op_mul_mat(context &c, ggml_tensor *dst);  // mat-vec for T <= MATVEC_MAX_T, else mat-mat
 int op_sparse(context &c, ggml_tensor *dst);   // sparse_select, mul_mat_sparse_rows, sparse_down, sparse_ffn
+int op_top_k(context &c, ggml_tensor *dst);
+int op_mul_mat_id(context &c, ggml_tensor *dst);  // mixture of experts: the routed experts' products
 
 constexpr int MATVEC_MAX_T = 8;  // columns of b a mat-vec launch keeps in registers
 

@@ -76,6 +76,9 @@ bool supports(ggml_backend *, const ggml_tensor *op) {
         case GGML_OP_MUL_MAT_SPARSE_ROWS:
         case GGML_OP_SPARSE_DOWN: return has_format(a->type) && rows_contiguous(a) && f32(b);
         case GGML_OP_SPARSE_FFN: return has_format(a->type) && rows_contiguous(a) && f32(b) && b->ne[1] <= MATVEC_MAX_T;
+        case GGML_OP_TOP_K: return f32(a) && op->type == GGML_TYPE_I32;
+        case GGML_OP_MUL_MAT_ID: return has_format(a->type) && rows_contiguous(a) && f32(b) && f32(op) && op->src[2]->type == GGML_TYPE_I32 &&
+                                       (!op->src[3] || f32(op->src[3]));
         default: return false;
     }
 }
@@ -114,6 +117,8 @@ int run_node(context &c, ggml_tensor *t) {
         case GGML_OP_MUL_MAT_SPARSE_ROWS:
         case GGML_OP_SPARSE_DOWN:
         case GGML_OP_SPARSE_FFN: return op_sparse(c, t);
+        case GGML_OP_TOP_K: return op_top_k(c, t);
+        case GGML_OP_MUL_MAT_ID: return op_mul_mat_id(c, t);
         default: ggml_backend_set_error("cuda: no kernel for %s", ggml_op_name(t->op)); return 3;
     }
 }
