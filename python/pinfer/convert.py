@@ -440,6 +440,12 @@ def _constant(a: np.ndarray) -> Callable[[], np.ndarray]:
     return lambda: a
 
 
+def _stacked(w: _Weights, names: Tuple[str, ...]) -> Callable[[], np.ndarray]:
+    """The producer of several checkpoint tensors stacked along a new first axis
+    (a mixture of experts' per-expert matrices, as llama.cpp stores them)."""
+    return lambda: np.stack([w.get(x) for x in names])
+
+
 class _Family(NamedTuple):
     """What a llama-like Hugging Face family changes in the conversion."""
     arch: str                 # GGUF general.architecture (llama.cpp's name)
@@ -595,7 +601,7 @@ def _llama_like(cfg: dict, fam: _Family, w: _Weights, ffn_act: Optional[str]) ->
             add(b + "ffn_gate_inp.weight", moe + "gate.weight")
             for dst, hf in (("ffn_gate_exps", "w1"), ("ffn_up_exps", "w3"), ("ffn_down_exps", "w2")):
                 srcs = tuple(f"{moe}experts.{e}.{hf}.weight" for e in range(meta["expert_count"]))
-                plan.append((b + dst + ".weight", srcs, (lambda s=srcs: np.stack([w.get(x) for x in s]))))
+                plan.append((b + dst + ".weight", srcs, _stacked(w, srcs)))
             continue
         if fam.fused:
             add(b + "ffn_up.weight", p + "mlp.gate_up_proj.weight")  # rows [gate; up]
