@@ -44,6 +44,8 @@ struct hparams {
     float attn_softcap = 0.0f;   // attention logits become c tanh(x / c); 0: off
     float final_softcap = 0.0f;  // the same for the output logits
     float embd_scale = 0.0f;     // token embeddings multiplied by it; 0: off
+    bool post_norm = false;      // LayerNorm after each residual add, not before the sublayer (opt-350m)
+    uint32_t n_pos_max = 0;      // learned positions: a position must be below it; 0: unbounded (RoPE)
 
     uint32_t n_embd_gqa() const { return head_dim * n_head_kv; }
     bool is_swa(uint32_t il) const {
