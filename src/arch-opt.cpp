@@ -6,7 +6,7 @@
 // tied to the token embeddings unless the file has output.weight.
 //
 // llama.cpp has no OPT, so these are pinfer's names (python/pinfer/convert.py
-// writes them; docs/extended-gguf.md lists them): llama.cpp's names where the
+// writes them; docs/opt.md lists them): llama.cpp's names where the
 // concept exists (token_embd, position_embd, attn_q/k/v/output, attn_norm,
 // ffn_norm, ffn_up/down, output_norm, output; biases as .bias), plus
 // proj_in / proj_out for the projections between the embedding width

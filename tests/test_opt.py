@@ -344,3 +344,20 @@ def test_profile_predictors_place(tmp_path):
         assert rel_err(cp.logits_all(), ref.logits_all()) < 1e-5, dev
     mpl.close()
     mp.close()
+
+
+def test_calibrate_and_threshold_mode(converted, tmp_path):
+    """pinfer calibrate on an OPT file: a target above the natural ReLU sparsity gives
+    thresholds on |relu(fc1 x + b)| that the runtime's threshold mode meets."""
+    from pinfer import calibrate
+
+    kind, hf, m, path = converted
+    out = str(tmp_path / "cal.gguf")
+    rep = calibrate.calibrate(path, 0.75, text=TEXT, out=out, n_tokens=40, n_ctx=N_POS, n_threads=2)
+    assert np.all(np.asarray(rep["thresholds"]) > 0)
+    mt = _core.Model(out)
+    c = _core.Context(mt, N_POS, N_POS, 2, "f32", "threshold", True)
+    c.decode(calibrate.calibration_tokens(mt, TEXT, 40), all_logits=True)
+    for s in c.sparse_stats()["layers"]:
+        assert 1 - s["active_frac"] == pytest.approx(0.75, abs=0.03), kind
+    mt.close()
