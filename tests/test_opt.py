@@ -225,6 +225,11 @@ def test_simulated_device(converted, tmp_path, mode):
         sim.decode([t])
         rows.append(np.array(sim.logits()))
     assert rel_err(np.stack(rows), ref) < RTOL, (kind, mode)
+    # a prompt batch that sends the cold rows (and their up bias) to the device
+    stream = _core.Context(mk, 64, 64, 2, "f32", mode, device="sim", prompt_stream_min=4)
+    stream.decode(toks, all_logits=True)
+    assert rel_err(stream.logits_all(), ref) < RTOL, (kind, mode)
+    assert stream.transfer_stats(False)["bytes_h2d"] > 4 * 32 * N_FF // 2  # the cold up rows went up
     mk.close()
 
 
