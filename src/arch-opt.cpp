@@ -49,8 +49,8 @@ static void opt_tensors(model_loader &ml, model &m) {
         m.proj_in = ml.tensor(m.ctx, "proj_in.weight", {P, E});
         m.proj_out = ml.tensor(m.ctx, "proj_out.weight", {E, P});
     }
-    // post-LN OPT has no final norm
-    m.output_norm = ml.tensor(m.ctx, "output_norm.weight", {E}, !hp.post_norm);
+    // post-LN OPT (and checkpoints with _remove_final_layer_norm) has no final norm
+    m.output_norm = ml.tensor(m.ctx, "output_norm.weight", {E}, false);
     if (m.output_norm) m.output_norm_b = ml.tensor(m.ctx, "output_norm.bias", {E});
     m.output = ml.tensor(m.ctx, "output.weight", {P, V}, false);
     if (!m.output) m.output = m.tok_embd;
