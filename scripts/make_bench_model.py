@@ -413,7 +413,7 @@ def main(argv=None) -> int:
             up = randn(N_FF, D, scale=1 / math.sqrt(D))
             qu, up = quant(up)
 
-        def ffn_h(x, z):  # h of FFN input x with z = gate x
+        def ffn_h(x, z, up=up):  # h of FFN input x with z = gate x
             return np.maximum(z, 0) * (1.0 if OPT else x @ up.T)
 
         hcal = ffn_h(x_cal, x_cal @ gate.T)

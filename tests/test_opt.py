@@ -16,13 +16,11 @@ import sys
 
 import numpy as np
 import pytest
-
 import torch
 import transformers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tinymodel  # noqa: E402
-
 from pinfer import _core, cli, extgguf  # noqa: E402
 from pinfer import convert as cv  # noqa: E402
 

@@ -197,8 +197,9 @@ def main(argv=None) -> int:
     print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs; decode {args.n} tokens; {args.rounds} rounds; "
           f"1-min load average before each run: median {med(loads):.2f}, min {min(loads):.2f}, max {max(loads):.2f}")
     first = files[sparsities[0]]
-    print(f"model: {args.layers} layers of {'OPT-6.7B' if args.arch == 'opt' else 'LLaMA-7B'} shape, {args.type}, plain {os.path.getsize(first[0]) / 2**30:.2f} GiB, "
-          f"extended {os.path.getsize(first[1]) / 2**30:.2f} GiB")
+    shape = "OPT-6.7B" if args.arch == "opt" else "LLaMA-7B"
+    print(f"model: {args.layers} layers of {shape} shape, {args.type}, "
+          f"plain {os.path.getsize(first[0]) / 2**30:.2f} GiB, extended {os.path.getsize(first[1]) / 2**30:.2f} GiB")
     out = {"machine": cpu_model(), "threads": threads, "n": args.n, "rounds": args.rounds, "loads": loads,
            "llama_cpp_pp32": pp, "llama_cpp_tg": {}, "rows": []}
     for t in threads:

@@ -719,7 +719,8 @@ def _opt(cfg: dict, w: _Weights, ffn_act: Optional[str]) -> Tuple[dict, Plan]:
     ffn = acts[act]
     want = ffn_act or cfg.get("pinfer_ffn_act")
     if want and want != ffn:
-        raise ConvertError(f"FFN activation '{want}' contradicts opt activation_function '{act}' (OPT's FFN has no gate)")
+        raise ConvertError(f"FFN activation '{want}' contradicts opt activation_function '{act}' "
+                           "(OPT's FFN has no gate)")
     pre_ln = bool(cfg.get("do_layer_norm_before", True))
     final_norm = pre_ln and not cfg.get("_remove_final_layer_norm", False)
     proj = int(cfg.get("word_embed_proj_dim") or n_embd)
