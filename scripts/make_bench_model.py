@@ -38,6 +38,13 @@ quantized weights): per-layer FFN sparsity (fraction of relu(gate . x) == 0), th
 share of activations taken by the hottest 20% of neurons, and the predictor's
 recall / predicted density. Written to <out>.json and printed.
 
+--arch opt writes an OPT-style file instead (GGUF "opt", src/arch-opt.cpp), by
+default OPT-6.7B's shapes (d = 4096, n_ff = 16384, 32 heads): pre-LN LayerNorm
+(weight 1, bias 0), learned positions (N(0, 0.1^2) entries), zero biases on q/k/v,
+the output and the FFN, no RoPE, and the ungated ReLU FFN down(relu(up x + b)):
+the thresholded matrix of step 3 is ffn_up (there is no gate) and h = relu(up x).
+llama.cpp cannot load OPT, so such a file has no llama.cpp baseline.
+
 Outputs: <out>.gguf (plain: what llama.cpp loads) and <out>.ext.gguf (the same
 weights plus ffn_down_t, fc1/fc2, ffn_freq, pinfer.neuron_order). Both go to
 ~/.cache/pinfer-bench by default, never into the repository.
@@ -113,12 +120,20 @@ def make_vocab(n_vocab: int):
 # ------------------------------------------------------------------ numpy forward (GGUF llama semantics)
 
 
+OPT = False  # --arch opt: LayerNorm, learned positions, no RoPE, ungated FFN (set by main)
+
+
 def rms_norm(x: np.ndarray) -> np.ndarray:
+    """The block's norm: RMS norm (llama) or LayerNorm with weight 1, bias 0 (opt)."""
+    if OPT:
+        x = x - x.mean(axis=-1, keepdims=True)
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + RMS_EPS)
 
 
 def rope(x: np.ndarray) -> np.ndarray:
-    """x [S, T, H, hd]: GGUF llama rotates adjacent pairs (2i, 2i+1) by pos * theta^(-2i/hd)."""
+    """x [S, T, H, hd]: GGUF llama rotates adjacent pairs (2i, 2i+1) by pos * theta^(-2i/hd) (opt: none)."""
+    if OPT:
+        return x
     S, T, H, hd = x.shape
     inv = ROPE_THETA ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
     ang = np.arange(T, dtype=np.float64)[:, None] * inv[None, :]  # [T, hd/2]
@@ -194,13 +209,15 @@ class Quant:
 
 
 def main(argv=None) -> int:
-    global D, N_FF, N_HEAD, HEAD_DIM  # the shapes every helper above uses
+    global D, N_FF, N_HEAD, HEAD_DIM, OPT  # the shapes and block every helper above uses
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=None,
                     help="output stem (default ~/.cache/pinfer-bench/llama7b-L{layers}-{type}-s{pct})")
+    ap.add_argument("--arch", default="llama", choices=["llama", "opt"],
+                    help="llama (ReGLU) or opt (LayerNorm, learned positions, ungated ReLU FFN with biases)")
     ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--dim", type=int, default=D, help="hidden size (LLaMA-7B: 4096; smaller for tests)")
-    ap.add_argument("--ff", type=int, default=N_FF, help="FFN size (LLaMA-7B: 11008)")
+    ap.add_argument("--dim", type=int, default=D, help="hidden size (LLaMA-7B, OPT-6.7B: 4096; smaller for tests)")
+    ap.add_argument("--ff", type=int, default=None, help="FFN size (default LLaMA-7B's 11008, OPT-6.7B's 16384)")
     ap.add_argument("--heads", type=int, default=N_HEAD, help="attention heads (LLaMA-7B: 32)")
     ap.add_argument("--vocab", type=int, default=49152)
     ap.add_argument("--type", default="q4_0", choices=["q4_0", "q8_0", "f16"], help="type of the 2-D weights")
@@ -224,12 +241,14 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-ext", action="store_true", help="write the plain file only")
     args = ap.parse_args(argv)
-    D, N_FF, N_HEAD = args.dim, args.ff, args.heads
+    OPT = args.arch == "opt"
+    D, N_FF, N_HEAD = args.dim, args.ff or (16384 if OPT else N_FF), args.heads
     HEAD_DIM = D // N_HEAD
     if D % N_HEAD or HEAD_DIM % 2 or D % 32 or N_FF % 32:
         raise SystemExit("--dim must split into --heads even-sized heads; --dim and --ff multiples of 32")
 
-    shape = "llama7b" if (D, N_FF, N_HEAD) == (4096, 11008, 32) else f"d{D}-ff{N_FF}-h{N_HEAD}"
+    shape = {(4096, 11008, 32, False): "llama7b", (4096, 16384, 32, True): "opt6.7b"}.get(
+        (D, N_FF, N_HEAD, OPT), f"{args.arch}-d{D}-ff{N_FF}-h{N_HEAD}")
     stem = args.out or os.path.join(os.path.expanduser("~/.cache/pinfer-bench"),
                                     f"{shape}-L{args.layers}-{args.type}-s{round(args.sparsity * 100)}")
     os.makedirs(os.path.dirname(os.path.abspath(stem)), exist_ok=True)
@@ -245,17 +264,23 @@ def main(argv=None) -> int:
     nv = len(tokens)
     w = _core.GGUFWriter()
     T = _core
-    w.add("general.architecture", "llama", T.GGUF_TYPE_STRING)
+    arch = args.arch
+    w.add("general.architecture", arch, T.GGUF_TYPE_STRING)
     w.add("general.name",
           f"pinfer-bench {D}x{N_FF} L{args.layers} {args.type} sparsity {args.sparsity}", T.GGUF_TYPE_STRING)
     ftype = {"q4_0": 2, "q8_0": 7, "f16": 1}[args.type]
     w.add("general.file_type", ftype, T.GGUF_TYPE_UINT32)
     for k, v in (("context_length", N_CTX), ("embedding_length", D), ("block_count", args.layers),
-                 ("feed_forward_length", N_FF), ("attention.head_count", N_HEAD), ("attention.head_count_kv", N_HEAD),
-                 ("rope.dimension_count", HEAD_DIM), ("vocab_size", nv)):
-        w.add(f"llama.{k}", v, T.GGUF_TYPE_UINT32)
-    w.add("llama.rope.freq_base", ROPE_THETA, T.GGUF_TYPE_FLOAT32)
-    w.add("llama.attention.layer_norm_rms_epsilon", RMS_EPS, T.GGUF_TYPE_FLOAT32)
+                 ("feed_forward_length", N_FF), ("attention.head_count", N_HEAD), ("vocab_size", nv)):
+        w.add(f"{arch}.{k}", v, T.GGUF_TYPE_UINT32)
+    if OPT:
+        w.add("opt.attention.layer_norm_epsilon", RMS_EPS, T.GGUF_TYPE_FLOAT32)
+        w.add("opt.layer_norm_before", True, T.GGUF_TYPE_BOOL)
+    else:
+        w.add("llama.attention.head_count_kv", N_HEAD, T.GGUF_TYPE_UINT32)
+        w.add("llama.rope.dimension_count", HEAD_DIM, T.GGUF_TYPE_UINT32)
+        w.add("llama.rope.freq_base", ROPE_THETA, T.GGUF_TYPE_FLOAT32)
+        w.add("llama.attention.layer_norm_rms_epsilon", RMS_EPS, T.GGUF_TYPE_FLOAT32)
     w.add(keys.FFN_ACT, "relu", T.GGUF_TYPE_STRING)
     w.add("tokenizer.ggml.model", "gpt2", T.GGUF_TYPE_STRING)
     w.add("tokenizer.ggml.pre", "default", T.GGUF_TYPE_STRING)  # llama.cpp rejects "gpt2"
@@ -271,6 +296,14 @@ def main(argv=None) -> int:
 
     ones = np.ones(D, dtype=np.float32)
     F32 = _core.type_from_name("f32")
+
+    def put_vec(name, v):
+        put(name, np.ascontiguousarray(v, dtype=np.float32), (len(v),), F32)
+
+    def put_norm(stem):  # RMS norm weight (llama); LayerNorm weight and bias (opt)
+        put_vec(stem + ".weight", ones)
+        if OPT:
+            put_vec(stem + ".bias", np.zeros(D))
 
     # Token embeddings: a common direction u0 (cosine embd_u) plus a random part, norm sqrt(d).
     u0 = unit(randn(D))
@@ -289,6 +322,12 @@ def main(argv=None) -> int:
     h_cal = emb_back[ids[:ncal]].reshape(args.cal[0], args.cal[1], D).copy()
     h_ho = emb_back[ids[ncal:ncal + nho]].reshape(args.heldout[0], args.heldout[1], D).copy()
     del emb_back
+    if OPT:  # learned positions: the same table rows for the calibration and held-out positions
+        pos = randn(N_CTX, D, scale=0.1)
+        h_cal += pos[None, :args.cal[1]]
+        h_ho += pos[None, :args.heldout[1]]
+        put("position_embd.weight", pos, (N_CTX, D), F32)
+        del pos
 
     density = 1.0 - args.sparsity
     f_design = power_law(N_FF, density, args.skew, args.f_max) if args.skew > 0 else np.full(N_FF, density)
@@ -309,8 +348,10 @@ def main(argv=None) -> int:
         qo, wo = quant(wo)
         for nm, qt in (("attn_q", qq), ("attn_k", qk), ("attn_v", qv), ("attn_output", qo)):
             put(f"blk.{il}.{nm}.weight", qt, (D, D))
-        put(f"blk.{il}.attn_norm.weight", ones, (D,), F32)
-        put(f"blk.{il}.ffn_norm.weight", ones, (D,), F32)
+            if OPT:
+                put_vec(f"blk.{il}.{nm}.bias", np.zeros(D))
+        put_norm(f"blk.{il}.attn_norm")
+        put_norm(f"blk.{il}.ffn_norm")
         h_cal = h_cal + attention(xa_cal, wq, wk, wv, wo)
         h_ho = h_ho + attention(rms_norm(h_ho), wq, wk, wv, wo)
         del wq, wk, wv, wo, qq, qk, qv, qo, xa_cal, att_cal
@@ -361,15 +402,26 @@ def main(argv=None) -> int:
             delta += 0.5 * (lo + hi)
         del zc, gq
         qg, gate = quant(gate)
-        up = randn(N_FF, D, scale=1 / math.sqrt(D))
-        qu, up = quant(up)
-        hcal = np.maximum(x_cal @ gate.T, 0) * (x_cal @ up.T)
+        if OPT:  # ungated: the thresholded matrix is up itself, h = relu(up x)
+            qu, up = qg, np.float32(1.0)
+        else:
+            up = randn(N_FF, D, scale=1 / math.sqrt(D))
+            qu, up = quant(up)
+
+        def ffn_h(x, z, up=up):  # h of FFN input x with z = gate x
+            return np.maximum(z, 0) * (1.0 if OPT else x @ up.T)
+
+        hcal = ffn_h(x_cal, x_cal @ gate.T)
         down = randn(D, N_FF, scale=1 / math.sqrt(N_FF))
         down *= np.float32(scale_to(hcal @ down.T, h_cal))
         qd, down = quant(down)
-        put(f"blk.{il}.ffn_gate.weight", qg, (N_FF, D))
+        if not OPT:
+            put(f"blk.{il}.ffn_gate.weight", qg, (N_FF, D))
         put(f"blk.{il}.ffn_up.weight", qu, (N_FF, D))
         put(f"blk.{il}.ffn_down.weight", qd, (D, N_FF))
+        if OPT:
+            put_vec(f"blk.{il}.ffn_up.bias", np.zeros(N_FF))
+            put_vec(f"blk.{il}.ffn_down.bias", np.zeros(D))
         h_cal = h_cal + (hcal @ down.T).reshape(h_cal.shape)
         del hcal, x_cal
 
@@ -385,7 +437,7 @@ def main(argv=None) -> int:
         act = z > 0
         p = np.maximum(x_ho @ A.T, 0) @ B.T
         pred = p > 0
-        hho = np.maximum(z, 0) * (x_ho @ up.T)
+        hho = ffn_h(x_ho, z)
         h_ho = h_ho + (hho @ down.T).reshape(h_ho.shape)
         cnt = act.sum(0)
         top = np.sort(cnt)[::-1]
@@ -403,7 +455,7 @@ def main(argv=None) -> int:
             f"{rec:.3f} / density {lr['predicted_density']:.3f} ({time.time() - t0:.0f} s)")
         del gate, up, down, z, act, p, pred, hho, x_ho
 
-    put("output_norm.weight", ones, (D,), F32)
+    put_norm("output_norm")
     # Output rows orthogonal to the final state's common direction, so the argmax
     # follows the token-dependent part (varied generations, not one token forever).
     xf = rms_norm(h_cal).reshape(-1, D)

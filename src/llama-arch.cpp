@@ -3,17 +3,20 @@
 namespace pinfer {
 
 extern const arch_impl arch_falcon;
+extern const arch_impl arch_opt;
 const arch_impl *find_llama_like(const std::string &name);  // arch-llama.cpp
 std::vector<std::string> llama_like_names();
 
 const arch_impl *find_arch(const std::string &name) {
     if (name == arch_falcon.name) return &arch_falcon;
+    if (name == arch_opt.name) return &arch_opt;
     return find_llama_like(name);
 }
 
 std::vector<std::string> supported_archs() {
     std::vector<std::string> out = llama_like_names();
     out.push_back(arch_falcon.name);
+    out.push_back(arch_opt.name);
     return out;
 }
 

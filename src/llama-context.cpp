@@ -217,6 +217,9 @@ void context::decode_seqs(const int32_t *tokens, const int32_t *pos, const int32
         if (seq[i] < 0 || seq[i] >= KV_MAX_SEQ)
             throw std::runtime_error("sequence id " + std::to_string(seq[i]) + " out of range [0, " + std::to_string(KV_MAX_SEQ) + ")");
         if (pos[i] < 0) throw std::runtime_error("position " + std::to_string(pos[i]) + " is negative");
+        if (model_.hp.n_pos_max && (uint32_t)pos[i] >= model_.hp.n_pos_max)
+            throw std::runtime_error("position " + std::to_string(pos[i]) + " is past the model's " +
+                                     std::to_string(model_.hp.n_pos_max) + " learned position embeddings");
     }
     const auto t0 = std::chrono::steady_clock::now();
     const size_t dim = (size_t)n_out_dim();

@@ -31,10 +31,11 @@ void for_each_item(const model &m, uint32_t il, int64_t k, const ffn_bundle *hb,
               &layer_weights::wv, &layer_weights::wqkv, &layer_weights::wo, &layer_weights::bq, &layer_weights::bk,
               &layer_weights::bv, &layer_weights::bo, &layer_weights::ffn_norm, &layer_weights::ffn_norm_b,
               &layer_weights::attn_q_norm, &layer_weights::attn_k_norm, &layer_weights::attn_post_norm,
-              &layer_weights::ffn_post_norm, &layer_weights::fc1, &layer_weights::fc2})
+              &layer_weights::ffn_post_norm, &layer_weights::fc1, &layer_weights::fc2, &layer_weights::ffn_down_b})
             if (l.*fld) f({l.*fld, cut::WHOLE, 0, at(fld)});
     if (k <= 0) return;
     f({l.ffn_down, cut::COLS, k, at(&layer_weights::ffn_down)});  // dense products (prompts, crossover)
+    if (l.ffn_up_b) f({l.ffn_up_b, cut::COLS, k, at(&layer_weights::ffn_up_b)});  // [n] as one row of n columns
     if (hb && hb->w) {  // the bundle's views serve as gate, up and down_t: no second copy
         f({hb->w, cut::ROWS, hb->rows * k, db ? &db->w : nullptr});
         if (hb->rows == 2 && l.ffn_down_t) f({l.ffn_down_t, cut::ROWS, k, at(&layer_weights::ffn_down_t)});

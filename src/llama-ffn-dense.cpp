@@ -9,7 +9,7 @@ ggml_tensor *build_ffn_dense(ggml_context *ctx, const ffn_env &env, const ffn_pa
     const bool gated = l.ffn_gate != nullptr;
     ggml_tensor *gate = gated ? ffn_rows(ctx, l.ffn_gate, p.b, p.e) : nullptr;
     ggml_tensor *down = ffn_cols(ctx, l.ffn_down, p.b, p.e);
-    ggml_tensor *u = ggml_mul_mat(ctx, ffn_rows(ctx, l.ffn_up, p.b, p.e), x);
+    ggml_tensor *u = ffn_up_bias(ctx, p, ggml_mul_mat(ctx, ffn_rows(ctx, l.ffn_up, p.b, p.e), x), true);
     if (!env.observe) {  // the plain dense graph
         ggml_tensor *h = gated ? ffn_act_gated(ctx, ggml_mul_mat(ctx, gate, x), u, act) : ffn_act_unary(ctx, u, act);
         return ggml_mul_mat(ctx, down, h);

@@ -47,6 +47,15 @@ ggml_tensor *ffn_keep(ggml_tensor *t);  // an output the planner keeps (probes)
 // [rows, d] one (columns of down; b and e on block boundaries).
 ggml_tensor *ffn_rows(ggml_context *ctx, ggml_tensor *w, int64_t b, int64_t e);
 ggml_tensor *ffn_cols(ggml_context *ctx, ggml_tensor *w, int64_t b, int64_t e);
+// y + the up bias of the part's neurons (no bias: y): y [e-b, T] holds
+// neurons [b, e) (local), or all of w's rows [rows, T] (a row-sparse
+// product's output, whose rows are absolute within w).
+ggml_tensor *ffn_up_bias(ggml_context *ctx, const ffn_part &p, ggml_tensor *y, bool local);
+// The up bias of idx's active neurons in [b, e) and 0 on the other rows:
+// F32 [rows, T] (the layout of ggml_mul_mat_sparse_rows on w's ffn_up), so an
+// ungated activation of a row-sparse up stays 0 off the active set; nullptr
+// without a bias.
+ggml_tensor *ffn_up_bias_active(ggml_context *ctx, const ffn_part &p, ggml_tensor *x, ggml_tensor *idx);
 // The down projection of h [e-b, T] (local neuron ids) over idx's neurons:
 // column-sparse on down_t where the file has it, else dense.
 ggml_tensor *ffn_down_local(ggml_context *ctx, const ffn_part &p, ggml_tensor *h, ggml_tensor *idx);

@@ -48,6 +48,8 @@ struct hparams {
     // the n_expert_used its router ranks highest (0: a dense FFN).
     uint32_t n_expert = 0;
     uint32_t n_expert_used = 0;
+    bool post_norm = false;      // LayerNorm after each residual add, not before the sublayer (opt-350m)
+    uint32_t n_pos_max = 0;      // learned positions: a position must be below it; 0: unbounded (RoPE)
 
     uint32_t n_embd_gqa() const { return head_dim * n_head_kv; }
     bool is_swa(uint32_t il) const {

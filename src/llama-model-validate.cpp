@@ -41,7 +41,7 @@ void validate_hparams(const model_loader &ml, const hparams &hp) {
     if (hp.n_head % hp.n_head_kv)
         throw err("model metadata: " + a + "attention.head_count (" + std::to_string(hp.n_head) +
                   ") is not a multiple of " + a + "attention.head_count_kv (" + std::to_string(hp.n_head_kv) + ")");
-    if (hp.n_rot == 0 || hp.n_rot % 2 || hp.n_rot > hp.head_dim)
+    if (hp.n_pos_max == 0 && (hp.n_rot == 0 || hp.n_rot % 2 || hp.n_rot > hp.head_dim))  // learned positions: no RoPE
         throw err("model metadata key '" + a + "rope.dimension_count' is " + std::to_string(hp.n_rot) +
                   " (RoPE rotates pairs: expected an even number in 2.." + std::to_string(hp.head_dim) +
                   ", the head size)");
@@ -82,6 +82,7 @@ static const layer_tensor k_layer_tensors[] = {
     {&layer_weights::ffn_down_t, role::matrix}, {&layer_weights::ffn_freq, role::vector},
     {&layer_weights::ffn_gate_inp, role::matrix}, {&layer_weights::ffn_gate_exps, role::matrix},
     {&layer_weights::ffn_up_exps, role::matrix}, {&layer_weights::ffn_down_exps, role::matrix},
+    {&layer_weights::ffn_up_b, role::vector},   {&layer_weights::ffn_down_b, role::vector},
 };
 
 static std::string finite_problem(const float *x, int64_t n) {
@@ -126,6 +127,7 @@ void validate_model(const model &m) {
     check_tensor(m.output, role::matrix);
     check_tensor(m.output_norm, role::vector);
     check_tensor(m.output_norm_b, role::vector);
+    for (const ggml_tensor *t : {m.pos_embd, m.proj_in, m.proj_out}) check_tensor(t, role::matrix);
     for (const ggml_tensor *t : {m.rope_freqs, m.rope_short, m.rope_long}) {
         check_tensor(t, role::vector);
         if (t)

@@ -31,6 +31,10 @@ struct layer_weights {
     // a layer has these instead of ffn_gate/up/down.
     ggml_tensor *ffn_gate_inp = nullptr;
     ggml_tensor *ffn_gate_exps = nullptr, *ffn_up_exps = nullptr, *ffn_down_exps = nullptr;
+    // FFN biases (opt): up's per neuron F32 [n] (added before the activation,
+    // so the ReLU selection sees it), down's per output F32 [d] (added once
+    // after the down product); every FFN mode honours them
+    ggml_tensor *ffn_up_b = nullptr, *ffn_down_b = nullptr;
     // Neuron-aware extras (extended GGUF, docs/extended-gguf.md); all optional.
     ggml_tensor *fc1 = nullptr;         // predictor A: ne [d, r_l]
     ggml_tensor *fc2 = nullptr;         // predictor B: ne [r_l, n]
@@ -84,6 +88,10 @@ struct model {
     ggml_tensor *tok_embd = nullptr;
     ggml_tensor *output_norm = nullptr, *output_norm_b = nullptr;
     ggml_tensor *output = nullptr;          // == tok_embd when tied
+    // learned absolute positions (opt): row p is position p's embedding
+    ggml_tensor *pos_embd = nullptr;
+    // projections between the embedding width and n_embd (opt-350m); nullptr when equal
+    ggml_tensor *proj_in = nullptr, *proj_out = nullptr;
     // RoPE frequency factors F32 [n_rot/2] (llama3 and YaRN: rope_freqs;
     // LongRoPE: short and long); nullptr where the model has none
     ggml_tensor *rope_freqs = nullptr, *rope_short = nullptr, *rope_long = nullptr;

@@ -15,6 +15,7 @@ uint64_t neuron_bytes(const model &m, uint32_t il) {
     uint64_t b = 0;
     if (l.ffn_gate) b += ggml_nbytes(l.ffn_gate);
     if (l.ffn_up) b += ggml_nbytes(l.ffn_up);
+    if (l.ffn_up_b) b += ggml_nbytes(l.ffn_up_b);
     if (l.ffn_down_t) b += ggml_nbytes(l.ffn_down_t);
     else if (l.ffn_down) b += ggml_nbytes(l.ffn_down);
     const uint64_t n = m.hp.n_ff ? m.hp.n_ff : 1;

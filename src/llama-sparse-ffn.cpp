@@ -108,6 +108,24 @@ ggml_tensor *ffn_cols(ggml_context *ctx, ggml_tensor *w, int64_t b, int64_t e) {
     return ggml_view_2d(ctx, w, e - b, w->ne[1], w->nb[1], ggml_row_size(w->type, b));
 }
 
+ggml_tensor *ffn_up_bias(ggml_context *ctx, const ffn_part &p, ggml_tensor *y, bool local) {
+    ggml_tensor *bias = p.w->ffn_up_b;
+    if (!bias) return y;
+    if (local && !p.whole()) bias = ggml_view_1d(ctx, bias, p.e - p.b, (size_t)p.b * bias->nb[0]);
+    return ggml_add(ctx, y, bias);
+}
+
+ggml_tensor *ffn_up_bias_active(ggml_context *ctx, const ffn_part &p, ggml_tensor *x, ggml_tensor *idx) {
+    ggml_tensor *bias = p.w->ffn_up_b;
+    if (!bias) return nullptr;
+    // A row-sparse product of the bias as a [1, rows] matrix with a row of
+    // ones: b_i where i is active, 0 elsewhere. The softmax of one element is
+    // exactly 1 for any finite input, so the ones come from x's first row.
+    const int64_t T = x->ne[1];
+    ggml_tensor *ones = ggml_soft_max_ext(ctx, ggml_cont(ctx, ggml_view_2d(ctx, x, 1, T, x->nb[1], 0)), nullptr, 1.0f);
+    return ggml_mul_mat_sparse_rows(ctx, ggml_reshape_2d(ctx, bias, 1, bias->ne[0]), ones, idx, p.b, p.e);
+}
+
 ggml_tensor *ffn_down_local(ggml_context *ctx, const ffn_part &p, ggml_tensor *h, ggml_tensor *idx) {
     const layer_weights &l = *p.w;
     ggml_tensor *down = ffn_cols(ctx, l.ffn_down, p.b, p.e);
@@ -131,8 +149,8 @@ static const ffn_bundle *host_bundle(const ffn_build *b, int il) {
     return b && (size_t)il < b->bundles.size() && b->bundles[(size_t)il].w ? &b->bundles[(size_t)il] : nullptr;
 }
 
-ggml_tensor *build_sparse_ffn(ggml_context *ctx, ggml_cgraph *gf, ffn_build *b, const model &m, int il, ggml_tensor *x,
-                              const ffn_device *dev) {
+static ggml_tensor *build_layer_ffn(ggml_context *ctx, ggml_cgraph *gf, ffn_build *b, const model &m, int il, ggml_tensor *x,
+                                    const ffn_device *dev) {
     const sparse_mode mode = b ? b->mode : sparse_mode::OFF;
     ffn_env env{m, il, b, b ? &b->probes[(size_t)il] : nullptr, b && b->observe};
     const int64_t n = m.hp.n_ff;
@@ -157,6 +175,8 @@ ggml_tensor *build_sparse_ffn(ggml_context *ctx, ggml_cgraph *gf, ffn_build *b, 
         if (l.ffn_gate) cw.ffn_gate = ggml_transfer(ctx, ffn_rows(ctx, l.ffn_gate, dev->k, n), false);
         cw.ffn_up = ggml_transfer(ctx, ffn_rows(ctx, l.ffn_up, dev->k, n), false);
         cw.ffn_down = ggml_transfer(ctx, ffn_cols(ctx, l.ffn_down, dev->k, n), false);
+        if (l.ffn_up_b)
+            cw.ffn_up_b = ggml_transfer(ctx, ggml_view_1d(ctx, l.ffn_up_b, n - dev->k, (size_t)dev->k * l.ffn_up_b->nb[0]), false);
         const ffn_part cold{&cw, nullptr, 0, n - dev->k};
         ffn_env quiet{m, il, nullptr, nullptr, false};
         ggml_tensor *idx = mode == sparse_mode::PREDICTOR && dev->k > 0 ? build_ffn_predict(ctx, env, *dev->w, x) : nullptr;
@@ -182,6 +202,14 @@ ggml_tensor *build_sparse_ffn(ggml_context *ctx, ggml_cgraph *gf, ffn_build *b, 
     ggml_set_backend(ctx, be);
     ggml_tensor *y_up = ggml_transfer(ctx, y_cold, false);
     return y_hot ? ggml_add(ctx, y_hot, y_up) : y_up;
+}
+
+// The down bias once, on the side that holds the sum of the parts.
+ggml_tensor *build_sparse_ffn(ggml_context *ctx, ggml_cgraph *gf, ffn_build *b, const model &m, int il, ggml_tensor *x,
+                              const ffn_device *dev) {
+    ggml_tensor *y = build_layer_ffn(ctx, gf, b, m, il, x, dev);
+    ggml_tensor *bias = dev ? dev->w->ffn_down_b : m.layers[(size_t)il].ffn_down_b;
+    return bias ? ggml_add(ctx, y, bias) : y;
 }
 
 }  // namespace pinfer

@@ -6,7 +6,9 @@ decodes random tokens in exact mode with sparse statistics, and its per-layer
 active fraction must match the target and the script's own held-out
 measurement; the predictor's recall (engine, against the dense activation) must
 match the script's. The plain file must be free of pinfer extras (llama.cpp
-rejects unknown tensors) and the extended one must carry them.
+rejects unknown tensors) and the extended one must carry them. Both
+constructions: llama (ReGLU) and opt (LayerNorm, learned positions, ungated
+ReLU FFN with biases).
 """
 import importlib.util
 import json
@@ -28,12 +30,12 @@ def _load_script():
     return mod
 
 
-@pytest.fixture(scope="module")
-def bench_model(tmp_path_factory):
+@pytest.fixture(scope="module", params=["llama", "opt"])
+def bench_model(tmp_path_factory, request):
     stem = str(tmp_path_factory.mktemp("bench") / "m")
-    rc = _load_script().main(["--dim", "256", "--ff", "1024", "--heads", "4", "--layers", "2", "--vocab", "1024",
-                              "--rank", "8", "--sparsity", "0.8", "--type", "q8_0", "--cal", "8", "32",
-                              "--heldout", "8", "32", "--out", stem])
+    rc = _load_script().main(["--arch", request.param, "--dim", "256", "--ff", "1024", "--heads", "4", "--layers", "2",
+                              "--vocab", "1024", "--rank", "8", "--sparsity", "0.8", "--type", "q8_0",
+                              "--cal", "8", "32", "--heldout", "8", "32", "--out", stem])
     assert rc == 0
     with open(stem + ".json") as fh:
         return stem, json.load(fh)
@@ -58,6 +60,8 @@ def test_files_and_metadata(bench_model):
     plain = {t.name for t in _core.GGUFReader(stem + ".gguf").tensors}
     assert not any(n.endswith(("fc1.weight", "fc2.weight", "ffn_down_t.weight", "ffn_freq")) for n in plain)
     info = extgguf.read(stem + ".ext.gguf")
+    assert _core.Model(stem + ".gguf").arch == rep["args"]["arch"]
+    assert ("blk.0.ffn_gate.weight" in plain) == (rep["args"]["arch"] == "llama")
     assert info.n_layer == 2 and info.n_embd == 256 and info.n_ff == 1024
     assert sorted(info.predictors) == [0, 1] and sorted(info.down_t) == [0, 1]
     assert info.neuron_order == extgguf.HOT_FIRST

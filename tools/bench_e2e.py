@@ -20,6 +20,10 @@ average read before each run.
 
   python tools/bench_e2e.py --llama-bench /tmp/llama.cpp/build/bin/llama-bench \
       --sparsity 0.9,0.5,0.8,0.95 --rounds 5
+
+--arch opt times an OPT-style file (make_bench_model.py --arch opt: OPT-6.7B
+shapes, ungated ReLU FFN with biases) the same way; llama.cpp has no OPT, so
+that run has no llama.cpp baseline (--llama-bench is refused with it).
 """
 from __future__ import annotations
 
@@ -91,11 +95,13 @@ def llama_bench(path: str, model: str, threads: int, n_prompt: int, n_gen: int, 
 
 
 def ensure_model(args, sparsity: float):
-    stem = os.path.join(args.models_dir, f"llama7b-L{args.layers}-{args.type}-s{round(sparsity * 100)}")
+    shape = "opt6.7b" if args.arch == "opt" else "llama7b"
+    stem = os.path.join(args.models_dir, f"{shape}-L{args.layers}-{args.type}-s{round(sparsity * 100)}")
     if not (os.path.exists(stem + ".ext.gguf") and os.path.exists(stem + ".json")) or args.regen:
         log(f"generating {stem} (scripts/make_bench_model.py) ...")
         cal = ["--cal", *args.cal.split(",")] if args.cal else []
         subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_bench_model.py"), "--out", stem,
+                        "--arch", args.arch,
                         "--layers", str(args.layers), "--type", args.type, "--sparsity", str(sparsity), *cal],
                        check=True)
     with open(stem + ".json") as fh:
@@ -110,6 +116,7 @@ def med(v):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--llama-bench", default=None, help="path of llama.cpp's llama-bench (omit: no baseline)")
+    ap.add_argument("--arch", default="llama", choices=["llama", "opt"], help="the bench file's architecture")
     ap.add_argument("--pinfer-cli", default=os.path.join(ROOT, "build", "pinfer-cli"))
     ap.add_argument("--sparsity", default="0.9", help="comma-separated target FFN sparsities (one file each)")
     ap.add_argument("--modes", default="exact,predictor", help="pinfer sparse modes to time besides dense")
@@ -125,6 +132,8 @@ def main(argv=None) -> int:
     ap.add_argument("--precision", default=None, help="pinfer-cli --precision (default: pinfer's own, high)")
     ap.add_argument("--cal", default=None, help="make_bench_model.py --cal SEQS,LEN when generating")
     args = ap.parse_args(argv)
+    if args.arch == "opt" and args.llama_bench:
+        ap.error("--llama-bench with --arch opt: llama.cpp cannot run OPT (it has no such architecture)")
 
     pin = Pinfer(args.pinfer_cli, args.n, args.precision)
     modes = [m for m in args.modes.split(",") if m]
@@ -187,7 +196,8 @@ def main(argv=None) -> int:
     print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs; decode {args.n} tokens; {args.rounds} rounds; "
           f"1-min load average before each run: median {med(loads):.2f}, min {min(loads):.2f}, max {max(loads):.2f}")
     first = files[sparsities[0]]
-    print(f"model: {args.layers} layers of LLaMA-7B shape, {args.type}, "
+    shape = "OPT-6.7B" if args.arch == "opt" else "LLaMA-7B"
+    print(f"model: {args.layers} layers of {shape} shape, {args.type}, "
           f"plain {os.path.getsize(first[0]) / 2**30:.2f} GiB, "
           f"extended {os.path.getsize(first[1]) / 2**30:.2f} GiB")
     out = {"machine": cpu_model(), "threads": threads, "n": args.n, "rounds": args.rounds, "loads": loads,

@@ -35,6 +35,16 @@ Supported architectures (config.json "architectures"; the table FAMILIES):
   activation "relu" (ReluFalcon) pinfer.ffn_act = "relu". pinfer's GELU is the
   tanh approximation (as in llama.cpp), so a model trained with exact GELU is
   approximated (|error| < 4e-4 per activation).
+- OPTForCausalLM -> "opt" (llama.cpp has no OPT: the names are pinfer's, see
+  src/arch-opt.cpp): learned positions as position_embd, stored without HF's
+  2 offset rows (row p is position p), LayerNorm with bias before each
+  sublayer, or after each residual add when do_layer_norm_before is false
+  (written as opt.layer_norm_before), biases on q/k/v/out and on the FFN
+  (fc1 -> ffn_up, fc2 -> ffn_down), ReLU, tied or separate output;
+  project_in / project_out (word_embed_proj_dim != hidden_size, OPT-350m) as
+  proj_in / proj_out with opt.embedding_projection_length. GPT-2 byte-level
+  BPE from tokenizer.json or from vocab.json + merges.txt; OPT prepends
+  ``</s>`` as BOS, so add_bos defaults to true.
 
 RoPE scaling (rope_parameters / rope_scaling), written as llama.cpp does: linear
 and YaRN as rope.scaling.* keys (YaRN's frequency factors are computed at load);
@@ -234,8 +244,20 @@ def _read_json(path: str) -> dict:
         return json.load(f)
 
 
-def _tokenizer_meta(hf_dir: str, cfg: dict, n_vocab: int) -> dict:
-    """tokenizer.ggml.* values (and the chat template) from the directory."""
+def _slow_bpe_json(hf_dir: str) -> Optional[dict]:
+    """A GPT-2 style vocab.json + merges.txt pair as the tokenizer.json it stands for."""
+    vj, mt = os.path.join(hf_dir, "vocab.json"), os.path.join(hf_dir, "merges.txt")
+    if not (os.path.exists(vj) and os.path.exists(mt)):
+        return None
+    with open(mt, encoding="utf-8") as f:
+        merges = [ln.rstrip("\n") for ln in f if ln.strip() and not ln.startswith("#version")]
+    return {"model": {"type": "BPE", "vocab": _read_json(vj), "merges": merges},
+            "decoder": {"type": "ByteLevel"}, "pre_tokenizer": {"type": "ByteLevel", "use_regex": True}}
+
+
+def _tokenizer_meta(hf_dir: str, cfg: dict, n_vocab: int, add_bos: Optional[bool] = None) -> dict:
+    """tokenizer.ggml.* values (and the chat template) from the directory.
+    add_bos: the family's default when tokenizer_config.json does not say."""
     tc_path = os.path.join(hf_dir, "tokenizer_config.json")
     tc = _read_json(tc_path) if os.path.exists(tc_path) else {}
     spm_path = os.path.join(hf_dir, "tokenizer.model")
@@ -246,8 +268,8 @@ def _tokenizer_meta(hf_dir: str, cfg: dict, n_vocab: int) -> dict:
         out.update(model="llama", scores=scores, add_space_prefix=add_prefix)
         add_bos_default = True
         tj = _read_json(tj_path) if os.path.exists(tj_path) else {}
-    elif os.path.exists(tj_path):
-        tj = _read_json(tj_path)
+    elif (bpe := _read_json(tj_path) if os.path.exists(tj_path) else _slow_bpe_json(hf_dir)) is not None:
+        tj = bpe  # tokenizer.json, or the one a vocab.json + merges.txt pair stands for
         model = tj.get("model", {})
         if model.get("type") != "BPE":
             raise ConvertError(f"tokenizer.json model type '{model.get('type')}' is not supported "
@@ -271,7 +293,9 @@ def _tokenizer_meta(hf_dir: str, cfg: dict, n_vocab: int) -> dict:
             single = post.get("single", [])
             add_bos_default = bool(single) and "SpecialToken" in single[0]
     else:
-        raise ConvertError(f"{hf_dir}: no tokenizer (tokenizer.json or tokenizer.model)")
+        raise ConvertError(f"{hf_dir}: no tokenizer (tokenizer.json, vocab.json + merges.txt, or tokenizer.model)")
+    if add_bos is not None:
+        add_bos_default = add_bos
 
     for at in tj.get("added_tokens", []):  # special / user tokens beyond the base vocabulary
         i, content = at["id"], at["content"]
@@ -696,8 +720,73 @@ def _falcon(cfg: dict, w: _Weights, ffn_act: Optional[str]) -> Tuple[dict, Plan]
     return meta, plan
 
 
+def _opt(cfg: dict, w: _Weights, ffn_act: Optional[str]) -> Tuple[dict, Plan]:
+    n_embd, n_head, n_layer = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_hidden_layers"]
+    if n_embd % n_head:
+        raise ConvertError(f"opt hidden_size {n_embd} is not a multiple of num_attention_heads {n_head}")
+    if not cfg.get("enable_bias", True):
+        raise ConvertError("opt with enable_bias=false (no biases on the linear layers) is not supported")
+    if not cfg.get("layer_norm_elementwise_affine", True):
+        raise ConvertError("opt with layer_norm_elementwise_affine=false is not supported")
+    act = cfg.get("activation_function", "relu")
+    acts = {"relu": "relu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu"}
+    if act not in acts:
+        raise ConvertError(f"unsupported opt activation_function '{act}' (supported: {', '.join(acts)})")
+    ffn = acts[act]
+    want = ffn_act or cfg.get("pinfer_ffn_act")
+    if want and want != ffn:
+        raise ConvertError(f"FFN activation '{want}' contradicts opt activation_function '{act}' "
+                           "(OPT's FFN has no gate)")
+    pre_ln = bool(cfg.get("do_layer_norm_before", True))
+    final_norm = pre_ln and not cfg.get("_remove_final_layer_norm", False)
+    proj = int(cfg.get("word_embed_proj_dim") or n_embd)
+    n_pos = int(_get(cfg, "max_position_embeddings", default=2048))
+    meta = {
+        "context_length": n_pos,
+        "embedding_length": n_embd,
+        "block_count": n_layer,
+        "feed_forward_length": cfg["ffn_dim"],
+        "attention.head_count": n_head,
+        "attention.layer_norm_epsilon": 1e-5,  # torch.nn.LayerNorm's default, which OPT keeps
+        "layer_norm_before": pre_ln,
+        "ffn_act": ffn,
+    }
+    if proj != n_embd:
+        meta["embedding_projection_length"] = proj
+    plan: Plan = []
+
+    def add(dst: str, src: str, fn=None):
+        plan.append((dst, src, (lambda: fn(w.get(src))) if fn else (lambda: w.get(src))))
+
+    d = "model.decoder."
+    add("token_embd.weight", d + "embed_tokens.weight")
+    # HF reads row p + 2 for position p (OPT's offset): the file holds rows 2.. only. The
+    # shape changes, so it is a tensor made here (convert() counts its source as used)
+    plan.append(("position_embd.weight", None, lambda: w.get(d + "embed_positions.weight")[2:2 + n_pos]))
+    if proj != n_embd:
+        add("proj_in.weight", d + "project_in.weight")
+        add("proj_out.weight", d + "project_out.weight")
+    for i in range(n_layer):
+        p, b = f"{d}layers.{i}.", f"blk.{i}."
+        for s in ("weight", "bias"):
+            add(b + f"attn_norm.{s}", p + f"self_attn_layer_norm.{s}")
+            for x in "qkv":
+                add(b + f"attn_{x}.{s}", p + f"self_attn.{x}_proj.{s}")
+            add(b + f"attn_output.{s}", p + f"self_attn.out_proj.{s}")
+            add(b + f"ffn_norm.{s}", p + f"final_layer_norm.{s}")
+            add(b + f"ffn_up.{s}", p + f"fc1.{s}")
+            add(b + f"ffn_down.{s}", p + f"fc2.{s}")
+    if final_norm:
+        add("output_norm.weight", d + "final_layer_norm.weight")
+        add("output_norm.bias", d + "final_layer_norm.bias")
+    if not cfg.get("tie_word_embeddings", True) and "lm_head.weight" in w:
+        add("output.weight", "lm_head.weight")
+    return meta, plan
+
+
 FALCON = ("FalconForCausalLM", "RWForCausalLM")
-ARCHS = list(FAMILIES) + list(FALCON)  # the Hugging Face classes convert() takes
+OPT = ("OPTForCausalLM",)
+ARCHS = list(FAMILIES) + list(FALCON) + list(OPT)  # the Hugging Face classes convert() takes
 
 
 # ---------------------------------------------------------------- output
@@ -734,18 +823,26 @@ def convert(hf_dir: str, out_path: str, type: str = "f16", ffn_act: Optional[str
         raise ConvertError(f"unsupported architecture {archs or cfg.get('model_type')!r} "
                            f"(supported: {', '.join(ARCHS)})")
     w = _Weights(hf_dir)
+    add_bos = None
+    made_from: List[str] = []  # HF tensors read by the producers of tensors made here
     if hf_arch in FALCON:
         arch = "falcon"
         meta, plan = _falcon(cfg, w, ffn_act)
         embd_name = "transformer.word_embeddings.weight"
+    elif hf_arch in OPT:
+        arch = "opt"
+        meta, plan = _opt(cfg, w, ffn_act)
+        embd_name = "model.decoder.embed_tokens.weight"
+        add_bos = True  # OPT prepends </s> to every prompt
+        made_from = ["model.decoder.embed_positions.weight"]
     else:
         arch = FAMILIES[hf_arch].arch
         meta, plan = _llama_like(cfg, FAMILIES[hf_arch], w, ffn_act)
         embd_name = "model.embed_tokens.weight"
     n_vocab = w.shape(embd_name)[0]
-    tok = _tokenizer_meta(hf_dir, cfg, n_vocab)
+    tok = _tokenizer_meta(hf_dir, cfg, n_vocab, add_bos)
 
-    used = {s for _, src, _ in plan for s in (src if isinstance(src, tuple) else (src,))}
+    used = {s for _, src, _ in plan for s in (src if isinstance(src, tuple) else (src,))} | set(made_from)
     extra = [n for n in w.names() if n not in used and not n.endswith("rotary_emb.inv_freq")
              and n != "lm_head.weight"]
     if extra:
@@ -762,6 +859,8 @@ def convert(hf_dir: str, out_path: str, type: str = "f16", ffn_act: Optional[str
         for k, v in meta.items():
             if k == "ffn_act":
                 wr.add_string("pinfer.ffn_act", v)
+            elif isinstance(v, bool):
+                wr.add_bool(f"{arch}.{k}", v)
             elif isinstance(v, str):
                 wr.add_string(f"{arch}.{k}", v)
             elif isinstance(v, (float, np.floating)):

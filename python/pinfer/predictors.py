@@ -9,7 +9,8 @@ Input: the ``--dump`` directory of ``pinfer profile`` (meta.json + shards of
 What the predictor sees. ``x`` is the input of layer l's MLP module: the post-norm
 hidden state (llama/qwen2: the output of ``post_attention_layernorm``, which is
 the GGUF graph's ``ffn_norm`` output; falcon: the ``attn_norm`` output that its
-parallel MLP reads). That is exactly the vector pinfer's runtime feeds the
+parallel MLP reads; opt: fc1's input, the ``ffn_norm`` output, or for post-LN
+OPT the residual stream that its FFN reads). That is exactly the vector pinfer's runtime feeds the
 predictor before the FFN of that layer, so no scaling or re-normalising happens
 in between; a predictor trained on anything else (e.g. the residual stream
 before the norm) would be wrong at run time.

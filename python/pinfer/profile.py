@@ -3,7 +3,7 @@
     pinfer profile HF_DIR --corpus austen --tokens 200000 -o stats.npz --plots plots/ \\
         [--target-sparsity 0.5] [--dump dump/]
 
-MODEL is a Hugging Face model directory (llama/mistral, qwen2, falcon), run with
+MODEL is a Hugging Face model directory (llama/mistral, qwen2, falcon, opt), run with
 torch, or a GGUF file, run by pinfer's own engine with its FFN observer
 (calibrate.profile_engine: windows of ``--ctx`` tokens, counts only). For a GGUF
 the active set is |act| > t_l with t_l from ``pinfer.sparse.act_thresholds`` (0
@@ -13,8 +13,9 @@ available (predictor training needs the Hugging Face model).
 
 What counts as "active" (neuron i of layer l, at one token):
 
-- ReLU FFNs (llama/qwen2 hidden_act "relu" = ReGLU, falcon activation "relu"):
-  ``act(g_i) > 0`` where g = gate_proj x (falcon: dense_h_to_4h x). Exactly the set
+- ReLU FFNs (llama/qwen2 hidden_act "relu" = ReGLU, falcon activation "relu",
+  opt): ``act(g_i) > 0`` where g = gate_proj x (falcon: dense_h_to_4h x; opt:
+  fc1 x + its bias). Exactly the set
   pinfer's exact sparse mode computes, and what a predictor must find.
 - relu-both (Bamboo, ``pinfer_ffn_act`` / ``--ffn-act relu-both``): relu(gate)*relu(up)
   is nonzero, i.e. gate > 0 and up > 0.
@@ -26,7 +27,9 @@ What counts as "active" (neuron i of layer l, at one token):
 Hooks: a forward pre-hook on each layer's MLP module records its input (the
 post-norm hidden state the FFN sees: ``post_attention_layernorm`` output for
 llama/qwen2 = the GGUF graph's ``ffn_norm`` output; for falcon the
-``input_layernorm``/``ln_mlp`` output = ``attn_norm``), and a forward hook on the
+``input_layernorm``/``ln_mlp`` output = ``attn_norm``; for opt, which has no MLP
+module, a pre-hook on fc1: the ``final_layer_norm`` output = ``ffn_norm``, or the
+residual stream itself when post-LN), and a forward hook on the
 MLP's activation module sees act(gate) (and one on up_proj for relu-both).
 
 Outputs
@@ -67,7 +70,9 @@ SUPPORTED = {
     "Qwen2ForCausalLM": "qwen2",
     "FalconForCausalLM": "falcon",
     "RWForCausalLM": "falcon",
+    "OPTForCausalLM": "opt",
 }
+UNGATED = ("falcon", "opt")  # down(act(up x)): no gate
 _ACTS = {"silu": "silu", "swish": "silu", "relu": "relu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu",
          "gelu_new": "gelu"}
 
@@ -80,7 +85,7 @@ class ProfileError(ValueError):
 class ProfileResult:
     arch: str
     act: str                      # relu, relu-both, silu, gelu
-    gated: bool                   # gate/up FFN (llama, qwen2) or plain (falcon)
+    gated: bool                   # gate/up FFN (llama, qwen2) or plain (falcon, opt)
     n_tokens: int
     counts: List[np.ndarray]      # int64 [n] per layer
     thresholds: np.ndarray        # float32 [L]; 0 in the ReLU modes
@@ -128,16 +133,21 @@ def model_act(cfg: dict, ffn_act: Optional[str] = None):
     """(arch, act, gated) of a config: act in relu, relu-both, silu, gelu."""
     hf = next(a for a in cfg.get("architectures") or [] if a in SUPPORTED)
     arch = SUPPORTED[hf]
-    raw = cfg.get("activation", "gelu") if arch == "falcon" else cfg.get("hidden_act", "silu")
+    if arch == "falcon":
+        raw = cfg.get("activation", "gelu")
+    elif arch == "opt":
+        raw = cfg.get("activation_function", "relu")
+    else:
+        raw = cfg.get("hidden_act", "silu")
     if raw not in _ACTS:
         raise ProfileError(f"unsupported activation '{raw}' (supported: {', '.join(_ACTS)})")
     act = _ACTS[raw]
     want = ffn_act or cfg.get("pinfer_ffn_act")
     if want and want != act:
-        if not (want == "relu-both" and act == "relu" and arch != "falcon"):
+        if not (want == "relu-both" and act == "relu" and arch not in UNGATED):
             raise ProfileError(f"FFN activation '{want}' contradicts the model's '{raw}'")
         act = want
-    return arch, act, arch != "falcon"
+    return arch, act, arch not in UNGATED
 
 
 def load_corpus(corpus: str) -> str:
@@ -187,7 +197,12 @@ class _Hooks:
     """Per-layer FFN input and activation capture for one forward pass."""
 
     def __init__(self, model, arch: str, act: str):
-        layers = model.transformer.h if arch == "falcon" else model.model.layers
+        if arch == "falcon":
+            layers = model.transformer.h
+        elif arch == "opt":
+            layers = model.model.decoder.layers
+        else:
+            layers = model.model.layers
         self.n_layer = len(layers)
         self.x: List = [None] * self.n_layer      # FFN input [B, T, d]
         self.a: List = [None] * self.n_layer      # act(gate) [B, T, n]
@@ -196,8 +211,11 @@ class _Hooks:
         self.handles = []
         seen = set()
         for il, layer in enumerate(layers):
-            mlp = layer.mlp
-            act_mod = mlp.act if arch == "falcon" else mlp.act_fn
+            if arch == "opt":  # no MLP module: fc1's input is the FFN input
+                mlp, act_mod = layer.fc1, layer.activation_fn
+            else:
+                mlp = layer.mlp
+                act_mod = mlp.act if arch == "falcon" else mlp.act_fn
             if not hasattr(act_mod, "register_forward_hook"):
                 raise ProfileError(f"layer {il}: the MLP activation is not a module; cannot hook it")
             self.handles.append(mlp.register_forward_pre_hook(self._pre(il)))
@@ -372,7 +390,7 @@ def profile(model_dir: str, corpus: str, n_tokens: int, out: str, plots: Optiona
         writer.close(dict(model=os.path.abspath(model_dir), arch=arch, act=act, n_layer=L, n_embd=d, n_ff=n,
                           thresholds=[float(t) for t in thresholds], n_tokens_profiled=n_counted,
                           ffn_input="the MLP module's input: post-norm hidden state (llama/qwen2: "
-                                    "post_attention_layernorm = GGUF ffn_norm; falcon: attn_norm)"))
+                                    "post_attention_layernorm = GGUF ffn_norm; falcon: attn_norm; opt: fc1's input)"))
         res.files["dump"] = str(dump)
     if plots:
         res.files.update(write_plots(res, plots))
@@ -408,7 +426,7 @@ def _profile_gguf(path: str, text: str, n_tokens: int, out: str, plots: Optional
     L = sum(1 for k in st if k.startswith("count_"))
     thresholds = np.zeros(L, np.float32) if thr is None else np.asarray(thr, np.float32)
     # profile_engine's freq_l divides by the tokens layer l observed: every layer sees every token here
-    res = ProfileResult(arch, act, arch != "falcon", int(st["n_tokens"]), [st[f"count_{i}"] for i in range(L)],
+    res = ProfileResult(arch, act, arch not in UNGATED, int(st["n_tokens"]), [st[f"count_{i}"] for i in range(L)],
                         thresholds, None)
     save_stats(out, res)
     res.files["npz"] = out
@@ -423,6 +441,8 @@ def _dims(cfg: dict, arch: str):
         if d is None:
             raise ProfileError("config.json has neither hidden_size nor d_model")
         return int(d), int(cfg.get("ffn_hidden_size") or 4 * int(d))
+    if arch == "opt":
+        return int(cfg["hidden_size"]), int(cfg["ffn_dim"])
     return int(cfg["hidden_size"]), int(cfg["intermediate_size"])
 
 
