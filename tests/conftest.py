@@ -168,6 +168,56 @@ def random_prompt(n, n_vocab=None, seed=0):
     return np.random.default_rng(seed).integers(0, n_vocab, size=n).tolist()
 
 
+# ---- agreement with transformers (the family test files: test_families, test_opt, test_mixtral) ----
+
+def hf_prompt_error(hf, m, n=24, seed=11):
+    """rel_err of a whole prompt's logits (one decode, every row) against hf."""
+    import tinymodel
+    from pinfer import _core
+
+    toks = random_prompt(n, m.n_vocab, seed=seed)
+    ctx = _core.Context(m, 64, 64, 2, type_kv=0)
+    ctx.decode(toks, all_logits=True)
+    return rel_err(ctx.logits_all(), tinymodel.hf_logits(hf, toks))
+
+
+def hf_cached_error(hf, m, n=16, first=5, seed=12):
+    """rel_err of a prompt chunk then cached single steps against hf's logits of the whole sequence."""
+    import tinymodel
+    from pinfer import _core
+
+    toks = random_prompt(n, m.n_vocab, seed=seed)
+    ctx = _core.Context(m, 32, 8, 2, type_kv=0)
+    ctx.decode(toks[:first], all_logits=True)
+    rows = list(np.array(ctx.logits_all()))
+    for t in toks[first:]:
+        ctx.decode([t])
+        rows.append(np.array(ctx.logits()))
+    return rel_err(np.stack(rows), tinymodel.hf_logits(hf, toks))
+
+
+def greedy_tokens(ctx, toks, n):
+    """Decode toks into ctx, then n greedy tokens one at a time; returns those n."""
+    ctx.decode(toks)
+    out = []
+    for _ in range(n):
+        t = int(np.argmax(ctx.logits()))
+        out.append(t)
+        ctx.decode([t])
+    return out
+
+
+def hf_greedy(hf, m, n_prompt=6, n_gen=10, seed=13):
+    """(pinfer's greedy continuation, hf's argmax at the same positions)."""
+    import tinymodel
+    from pinfer import _core
+
+    toks = random_prompt(n_prompt, m.n_vocab, seed=seed)
+    out = greedy_tokens(_core.Context(m, 32, 8, 2, type_kv=0), toks, n_gen)
+    ref = tinymodel.hf_logits(hf, toks + out)
+    return out, [int(np.argmax(r)) for r in ref[len(toks) - 1:-1]]
+
+
 # ---------------------------------------------------------------- the CLI
 
 def pinfer_cli_path() -> str:

@@ -28,7 +28,7 @@ import transformers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tinymodel  # noqa: E402
-from conftest import PRIDE_OPENING, random_prompt, rel_err
+from conftest import PRIDE_OPENING, hf_cached_error, hf_greedy, random_prompt, rel_err
 from pinfer import _core  # noqa: E402
 from pinfer import convert as cv  # noqa: E402
 
@@ -196,29 +196,13 @@ def test_whole_prompt(converted):
 
 def test_token_by_token(converted):
     kind, hf, m, _ = converted
-    toks = random_prompt(16, m.n_vocab, seed=12)
-    ref = tinymodel.hf_logits(hf, toks)
-    ctx = _core.Context(m, 32, 8, 2, type_kv=0)
-    ctx.decode(toks[:5], all_logits=True)  # a prompt chunk, then cached single steps
-    rows = list(np.array(ctx.logits_all()))
-    for t in toks[5:]:
-        ctx.decode([t])
-        rows.append(np.array(ctx.logits()))
-    assert rel_err(np.stack(rows), ref) < RTOL, kind
+    assert hf_cached_error(hf, m) < RTOL, kind  # a prompt chunk, then cached single steps
 
 
 def test_greedy_tokens_equal(converted):
     kind, hf, m, _ = converted
-    toks = random_prompt(6, m.n_vocab, seed=13)
-    ctx = _core.Context(m, 32, 8, 2, type_kv=0)
-    ctx.decode(toks)
-    out = []
-    for _ in range(10):
-        t = int(np.argmax(ctx.logits()))
-        out.append(t)
-        ctx.decode([t])
-    ref = tinymodel.hf_logits(hf, toks + out)
-    assert out == [int(np.argmax(r)) for r in ref[len(toks) - 1:-1]], kind
+    ours, ref = hf_greedy(hf, m)
+    assert ours == ref, kind
 
 
 def test_longrope_long_factors(tmp_path):

@@ -20,6 +20,7 @@ import transformers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tinymodel  # noqa: E402
+from conftest import hf_cached_error, hf_greedy, hf_prompt_error, random_prompt, rel_err  # noqa: E402
 from pinfer import _core  # noqa: E402
 from pinfer import convert as cv  # noqa: E402
 
@@ -27,14 +28,6 @@ RTOL = 1e-4
 COMMON = dict(vocab_size=tinymodel.vocab_size(), max_position_embeddings=256, bos_token_id=None,
               eos_token_id=None, pad_token_id=None)
 
-
-def rel_err(ours, ref):
-    ours = np.asarray(ours, dtype=np.float64)
-    return float(np.max(np.abs(ours - ref)) / np.max(np.abs(ref)))
-
-
-def prompt(n, n_vocab, seed=0):
-    return np.random.default_rng(seed).integers(0, n_vocab, size=n).tolist()
 
 # name: (n_expert, n_expert_used)
 CASES = {"e4_top2": (4, 2), "e3_top1": (3, 1), "e8_top2": (8, 2)}
@@ -101,37 +94,18 @@ def test_names_keys_and_shapes_are_llama_cpps(converted):
 
 def test_whole_prompt(converted):
     kind, hf, m, _ = converted
-    toks = prompt(24, m.n_vocab, seed=11)
-    ctx = _core.Context(m, 64, 64, 2, type_kv=0)
-    ctx.decode(toks, all_logits=True)
-    assert rel_err(ctx.logits_all(), tinymodel.hf_logits(hf, toks)) < RTOL, kind
+    assert hf_prompt_error(hf, m) < RTOL, kind
 
 
 def test_token_by_token(converted):
     kind, hf, m, _ = converted
-    toks = prompt(16, m.n_vocab, seed=12)
-    ref = tinymodel.hf_logits(hf, toks)
-    ctx = _core.Context(m, 32, 8, 2, type_kv=0)
-    ctx.decode(toks[:5], all_logits=True)
-    rows = list(np.array(ctx.logits_all()))
-    for t in toks[5:]:
-        ctx.decode([t])
-        rows.append(np.array(ctx.logits()))
-    assert rel_err(np.stack(rows), ref) < RTOL, kind
+    assert hf_cached_error(hf, m) < RTOL, kind  # a prompt chunk, then cached single steps
 
 
 def test_greedy_tokens_equal(converted):
     kind, hf, m, _ = converted
-    toks = prompt(6, m.n_vocab, seed=13)
-    ctx = _core.Context(m, 32, 8, 2, type_kv=0)
-    ctx.decode(toks)
-    out = []
-    for _ in range(10):
-        t = int(np.argmax(ctx.logits()))
-        out.append(t)
-        ctx.decode([t])
-    ref = tinymodel.hf_logits(hf, toks + out)
-    assert out == [int(np.argmax(r)) for r in ref[len(toks) - 1:-1]], kind
+    ours, ref = hf_greedy(hf, m)
+    assert ours == ref, kind
 
 
 def _hf_router_logits(hf, toks):
@@ -154,7 +128,7 @@ def test_routing_equals_transformers(converted):
     one batch route to different experts) and for cached single-token steps."""
     kind, hf, m, _ = converted
     n_expert, k = CASES[kind]
-    toks = prompt(40, m.n_vocab, seed=15)
+    toks = random_prompt(40, m.n_vocab, seed=15)
     ref = _hf_router_logits(hf, toks)
     assert len(ref) == hf.config.num_hidden_layers
     ctx = _core.Context(m, 64, 64, 2, "f32", "off", True, False, False)  # sparse_stats: expert ids recorded
@@ -190,7 +164,7 @@ def test_quantized_within_bounds(converted, tmp_path):
     assert types["blk.0.ffn_up_exps.weight"] == gguf.GGMLQuantizationType.Q8_0
     assert types["blk.0.ffn_gate_inp.weight"] == gguf.GGMLQuantizationType.F32
     m = _core.Model(q)
-    toks = prompt(16, m.n_vocab, seed=23)
+    toks = random_prompt(16, m.n_vocab, seed=23)
     ctx = _core.Context(m, 32, 32, 2, type_kv=0)
     ctx.decode(toks, all_logits=True)
     assert rel_err(ctx.logits_all(), tinymodel.hf_logits(hf, toks)) < 5e-2
@@ -201,7 +175,7 @@ def test_simulated_device(converted):
     """All layers on the simulated device: attention there, the experts on the
     CPU (the plan says so), the same logits as the CPU alone."""
     kind, hf, m, _ = converted
-    toks = prompt(20, m.n_vocab, seed=24)
+    toks = random_prompt(20, m.n_vocab, seed=24)
     cpu = _core.Context(m, 64, 64, 2, "f32", "off")
     cpu.decode(toks, all_logits=True)
     sim = _core.Context(m, 64, 64, 2, "f32", "off", device="sim", n_gpu_layers=hf.config.num_hidden_layers)
@@ -245,7 +219,7 @@ def test_exact_sparse_experts_equal_dense(relu_experts):
     """Exact mode skips the up rows of the routed experts' inactive neurons: the
     function is dense's (and transformers'), for a prompt batch and cached steps."""
     hf, m = relu_experts
-    toks = prompt(24, m.n_vocab, seed=31)
+    toks = random_prompt(24, m.n_vocab, seed=31)
     ref = tinymodel.hf_logits(hf, toks)
     dense = _core.Context(m, 64, 64, 2, "f32", "off")
     dense.decode(toks, all_logits=True)
@@ -307,7 +281,7 @@ def test_threshold_sparse_experts_match_thresholded_transformers(converted, tmp_
     from pinfer import extgguf
 
     kind, hf, m, path = converted
-    toks = prompt(20, m.n_vocab, seed=32)
+    toks = random_prompt(20, m.n_vocab, seed=32)
     thr = [0.05, 0.08]
     out = extgguf.add_sparse(path, str(tmp_path / "thr.gguf"), act_thresholds=thr)
     mt = _core.Model(out)

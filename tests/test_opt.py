@@ -21,17 +21,13 @@ import transformers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tinymodel  # noqa: E402
+from conftest import greedy_tokens, hf_cached_error, hf_greedy, hf_prompt_error, random_prompt, rel_err  # noqa: E402
 from pinfer import _core, cli, extgguf  # noqa: E402
 from pinfer import convert as cv  # noqa: E402
 
 torch.set_num_threads(1)
 RTOL = 1e-4
 SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]  # OPT's ids 0..3: </s> (2) is BOS and EOS
-
-
-def rel_err(ours, ref):
-    ours, ref = np.asarray(ours, np.float64), np.asarray(ref, np.float64)
-    return float(np.max(np.abs(ours - ref)) / np.max(np.abs(ref)))
 
 
 def write_opt_tokenizer(d):
@@ -72,9 +68,6 @@ def build(kind, d, n_layer=N_LAYER, seed=None):
     return hf
 
 
-def prompt(n, n_vocab, seed=0):
-    return np.random.default_rng(seed).integers(0, n_vocab, size=n).tolist()
-
 
 @pytest.fixture(scope="module", params=sorted(CASES))
 def converted(request, tmp_path_factory):
@@ -104,61 +97,38 @@ def test_file_layout(converted):
 
 def test_whole_prompt(converted):
     kind, hf, m, _ = converted
-    toks = prompt(24, m.n_vocab, seed=11)
-    ctx = _core.Context(m, 64, 64, 2, type_kv=0)
-    ctx.decode(toks, all_logits=True)
-    assert rel_err(ctx.logits_all(), tinymodel.hf_logits(hf, toks)) < RTOL, kind
+    assert hf_prompt_error(hf, m) < RTOL, kind
 
 
 def test_token_by_token(converted):
     kind, hf, m, _ = converted
-    toks = prompt(16, m.n_vocab, seed=12)
-    ref = tinymodel.hf_logits(hf, toks)
-    ctx = _core.Context(m, 32, 8, 2, type_kv=0)
-    ctx.decode(toks[:5], all_logits=True)  # a prompt chunk, then cached single steps
-    rows = list(np.array(ctx.logits_all()))
-    for t in toks[5:]:
-        ctx.decode([t])
-        rows.append(np.array(ctx.logits()))
-    assert rel_err(np.stack(rows), ref) < RTOL, kind
-
-
-def greedy(ctx, toks, n):
-    ctx.decode(toks)
-    out = []
-    for _ in range(n):
-        t = int(np.argmax(ctx.logits()))
-        out.append(t)
-        ctx.decode([t])
-    return out
+    assert hf_cached_error(hf, m) < RTOL, kind  # a prompt chunk, then cached single steps
 
 
 def test_greedy_tokens_equal(converted):
     kind, hf, m, _ = converted
-    toks = prompt(6, m.n_vocab, seed=13)
-    out = greedy(_core.Context(m, 32, 8, 2, type_kv=0), toks, 10)
-    ref = tinymodel.hf_logits(hf, toks + out)
-    assert out == [int(np.argmax(r)) for r in ref[len(toks) - 1:-1]], kind
+    ours, ref = hf_greedy(hf, m)
+    assert ours == ref, kind
 
 
 def test_exact_sparse_is_dense(converted):
     """Exact mode selects on fc1 x + bias: the skipped neurons are exactly the zero
     ones, so the logits are transformers' and the greedy tokens dense mode's."""
     kind, hf, m, _ = converted
-    toks = prompt(20, m.n_vocab, seed=14)
+    toks = random_prompt(20, m.n_vocab, seed=14)
     ex = _core.Context(m, 64, 64, 2, "f32", "exact", True)
     ex.decode(toks, all_logits=True)
     assert rel_err(ex.logits_all(), tinymodel.hf_logits(hf, toks)) < RTOL, kind
     frac = [s["active_frac"] for s in ex.sparse_stats()["layers"]]
     assert all(0.1 < f < 0.9 for f in frac), frac  # it did skip neurons
     dense = _core.Context(m, 64, 8, 2, "f32", "off")
-    assert greedy(_core.Context(m, 64, 8, 2, "f32", "exact"), toks[:4], 8) == greedy(dense, toks[:4], 8)
+    assert greedy_tokens(_core.Context(m, 64, 8, 2, "f32", "exact"), toks[:4], 8) == greedy_tokens(dense, toks[:4], 8)
 
 
 def test_positions_past_the_table_are_refused(converted):
     kind, hf, m, _ = converted
     ctx = _core.Context(m, 64, 64, 2, type_kv=0)
-    ctx.decode(prompt(N_POS, m.n_vocab, seed=15))
+    ctx.decode(random_prompt(N_POS, m.n_vocab, seed=15))
     with pytest.raises(Exception, match="learned position embeddings"):
         ctx.decode([5])
 
@@ -189,7 +159,7 @@ def test_predictor_mode_keeps_the_bias_off_unpredicted_rows(converted, tmp_path,
     preds, thr = superset_predictor(path)
     pred = extgguf.add_sparse(src, str(tmp_path / "pred.gguf"), predictors=preds, threshold=thr)
     mp = _core.Model(pred)
-    toks = prompt(12, m.n_vocab, seed=16)
+    toks = random_prompt(12, m.n_vocab, seed=16)
     c = _core.Context(mp, 64, 64, 2, "f32", "predictor", True)
     for t in toks:  # token by token: the decode kernels
         c.decode([t])
@@ -197,7 +167,7 @@ def test_predictor_mode_keeps_the_bias_off_unpredicted_rows(converted, tmp_path,
     assert all(f < 0.95 for f in computed), computed  # some rows were not computed
     ref = tinymodel.hf_logits(hf, toks)[-1]
     assert rel_err(c.logits(), ref) < RTOL, kind
-    c.decode(prompt(10, m.n_vocab, seed=17), all_logits=False)  # and a prompt batch
+    c.decode(random_prompt(10, m.n_vocab, seed=17), all_logits=False)  # and a prompt batch
     mp.close()
 
 
@@ -212,7 +182,7 @@ def test_simulated_device(converted, tmp_path, mode):
         src = extgguf.add_sparse(extgguf.add_down_t(path, str(tmp_path / "dt.gguf")), str(tmp_path / "p.gguf"),
                                  predictors=preds, threshold=thr)
     placed = with_placement(src, str(tmp_path / "k.gguf"), [N_FF // 2, N_FF])
-    toks = prompt(12, m.n_vocab, seed=18)
+    toks = random_prompt(12, m.n_vocab, seed=18)
     ref = tinymodel.hf_logits(hf, toks)
     mk = _core.Model(placed)
     sim = _core.Context(mk, 64, 64, 2, "f32", mode, device="sim")
@@ -323,7 +293,7 @@ def test_profile_predictors_place(tmp_path):
     assert cli.main(["train-predictors", d, "--data", dump, "--gguf", base, "-o", pred, "--recall", "0.95",
                      "--epochs", "4", "--device", "cpu"]) == 0
     mp = _core.Model(pred)
-    toks = prompt(24, mp.n_vocab, seed=19)
+    toks = random_prompt(24, mp.n_vocab, seed=19)
     c = _core.Context(mp, 64, 64, 2, "f32", "predictor", True, True)
     c.decode(toks, all_logits=True)
     layers = c.sparse_stats()["layers"]
