@@ -196,6 +196,25 @@ def hf_cached_error(hf, m, n=16, first=5, seed=12):
     return rel_err(np.stack(rows), tinymodel.hf_logits(hf, toks))
 
 
+def converted_fixture(build, cases):
+    """A module fixture over sorted(cases): build(kind, dir) saves a transformers model to dir,
+    which is converted to an F32 GGUF and loaded; yields (kind, hf, model, path)."""
+
+    @pytest.fixture(scope="module", params=sorted(cases))
+    def converted(request, tmp_path_factory):
+        from pinfer import _core
+        from pinfer import convert as cv
+
+        d = str(tmp_path_factory.mktemp(request.param))
+        hf = build(request.param, os.path.join(d, "hf"))
+        out = cv.convert(os.path.join(d, "hf"), os.path.join(d, "f32.gguf"), type="f32", progress=False)
+        m = _core.Model(out)
+        yield request.param, hf, m, out
+        m.close()
+
+    return converted
+
+
 def greedy_tokens(ctx, toks, n):
     """Decode toks into ctx, then n greedy tokens one at a time; returns those n."""
     ctx.decode(toks)

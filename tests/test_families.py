@@ -28,7 +28,7 @@ import transformers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tinymodel  # noqa: E402
-from conftest import PRIDE_OPENING, hf_cached_error, hf_greedy, random_prompt, rel_err
+from conftest import PRIDE_OPENING, converted_fixture, hf_cached_error, hf_greedy, random_prompt, rel_err
 from pinfer import _core  # noqa: E402
 from pinfer import convert as cv  # noqa: E402
 
@@ -95,14 +95,7 @@ def build(kind, d):
     return hf
 
 
-@pytest.fixture(scope="module", params=sorted(CASES))
-def converted(request, tmp_path_factory):
-    d = str(tmp_path_factory.mktemp(request.param))
-    hf = build(request.param, os.path.join(d, "hf"))
-    out = cv.convert(os.path.join(d, "hf"), os.path.join(d, "f32.gguf"), type="f32", progress=False)
-    m = _core.Model(out)
-    yield request.param, hf, m, out
-    m.close()
+converted = converted_fixture(build, CASES)
 
 
 def test_names_and_keys_are_llama_cpps(converted):

@@ -21,7 +21,15 @@ import transformers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tinymodel  # noqa: E402
-from conftest import greedy_tokens, hf_cached_error, hf_greedy, hf_prompt_error, random_prompt, rel_err  # noqa: E402
+from conftest import (  # noqa: E402
+    converted_fixture,
+    greedy_tokens,
+    hf_cached_error,
+    hf_greedy,
+    hf_prompt_error,
+    random_prompt,
+    rel_err,
+)
 from pinfer import _core, cli, extgguf  # noqa: E402
 from pinfer import convert as cv  # noqa: E402
 
@@ -69,14 +77,7 @@ def build(kind, d, n_layer=N_LAYER, seed=None):
 
 
 
-@pytest.fixture(scope="module", params=sorted(CASES))
-def converted(request, tmp_path_factory):
-    d = str(tmp_path_factory.mktemp(request.param))
-    hf = build(request.param, os.path.join(d, "hf"))
-    out = cv.convert(os.path.join(d, "hf"), os.path.join(d, "f32.gguf"), type="f32", progress=False)
-    m = _core.Model(out)
-    yield request.param, hf, m, out
-    m.close()
+converted = converted_fixture(build, CASES)
 
 
 def test_file_layout(converted):
