@@ -210,7 +210,7 @@ int main() {
                 run_case(t, K, 3, 21, 1, 1, 1, 1, B_TRANSPOSED);  // few rows: split over columns
                 run_case(t, K, 5, 3, 2, 1, 4, 3, B_PERMUTED);     // broadcast a over dims 2 and 3
                 run_case(t, K, 33, 1, 1, 1, 2, 2, B_TRANSPOSED);  // batched mat-vec, strided b
-                // GGML_PREC_HIGH: mat-vec, column pairs across the 4-column tiles, strided, broadcast
+                // GGML_PREC_HIGH: mat-vec, mat-mat across the column tiles, strided, broadcast
                 run_case(t, K, 37, 1, 1, 1, 1, 1, B_CONTIG, true);
                 run_case(t, K, 19, 11, 1, 1, 1, 1, B_CONTIG, true);
                 run_case(t, K, 3, 21, 1, 1, 1, 1, B_TRANSPOSED, true);

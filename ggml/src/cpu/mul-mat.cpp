@@ -5,10 +5,10 @@
 // 2. After a barrier, the output is split among threads; every element is one
 //    call of the same vec_dot kernel, so the result never depends on the
 //    thread count or the split.
-// With GGML_PREC_HIGH each activation row is converted twice: the row, then
-// what its conversion lost (row - dequantized row); every output is the sum of
-// the two dots with the same weight row, which is still in registers (q8x
-// kernels: the pair is two columns of one call) or in L1 (vec_dot).
+// With GGML_PREC_HIGH the q8x types take the q8xh layout (the residual inside
+// it), F16/BF16 the f32 rows; the other types convert each row twice: the row,
+// then what its conversion lost (row - dequantized row), and every output is
+// the sum of the two dots with the same weight row, still in L1 (vec_dot).
 // Mat-vec streams each thread's contiguous range of weight rows once (the
 // hardware prefetcher sees one sequential stream per thread). Mat-mat walks
 // tiles of ROW_TILE weight rows x COL_TILE activation rows so that a tile of
@@ -38,7 +38,6 @@ struct plan {
     bool gather;     // b rows are strided: copy each to a contiguous float row first
     size_t conv;     // bytes of converted activations at the start of wdata
     bool resid;      // GGML_PREC_HIGH: each b row is followed by its converted residual
-    bool f32rows;    // converted rows are plain floats (the F16 multi-column path)
     size_t bstride;  // bytes from one converted b row to the next (vrow, or 2 vrow with resid)
     ggml_vec_dot2_t dot2;  // non-null with resid: one call for the row and its residual
     ggml_vec_dot_t dot;    // the one-column kernel for vdt (ggml_cpu_act_dot)
@@ -48,7 +47,6 @@ void copy_row_f32(const float *x, void *y, int64_t k) { memcpy(y, x, sizeof(floa
 
 plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *dst) {
     plan p;
-    p.f32rows = false;
     const ggml_cpu_type_traits *ta = ggml_get_cpu_type_traits(a->type);
     const bool high = ggml_prec_high(dst);
     p.vdt = ggml_cpu_act_type(ta, high);
@@ -76,7 +74,6 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *ds
         p.q8x_dot = q->dot_f16;
         p.q8x_quantize = p.vdt == GGML_TYPE_F32 ? copy_row_f32 : q->f16r_convert;
         p.vrow = sizeof(float) * (size_t)K;
-        p.f32rows = true;
     }
     p.gather = b->nb[0] != sizeof(float);
     p.direct = p.vdt == GGML_TYPE_F32 && !p.gather && !p.q8x_dot;
@@ -85,18 +82,11 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *ds
     p.resid = high && !hi_kernel && p.vdt != GGML_TYPE_F32;
     p.bstride = p.resid ? 2 * p.vrow : p.vrow;
     p.dot2 = p.resid && ta->vec_dot != ta->vec_dot_ref ? ggml_cpu_dot_resid(a->type) : nullptr;
+    // every multi-column kernel has its high-precision twin (a q8xh kernel, or
+    // F16's f32 rows), so a residual only ever meets the one-column kernels
+    if (p.resid && p.q8x_dot) ggml_abort("mul_mat: a multi-column kernel without its high-precision twin");
     p.conv = p.direct ? 0 : align_up(p.bstride * (size_t)(b->ne[1] * b->ne[2] * b->ne[3]));
     return p;
-}
-
-void copy_f32(const void *x, float *y, int64_t k) { memcpy(y, x, sizeof(float) * (size_t)k); }
-
-// The values a converted row stands for (for the residual of GGML_PREC_HIGH).
-// Every q8x kernel has a q8xh twin, so the q8x layout never needs a residual.
-ggml_to_float_t converted_to_float(const plan &p) {
-    if (p.f32rows) return copy_f32;
-    if (p.q8x_dot) ggml_abort("mul_mat: a q8x kernel without its q8xh twin");
-    return ggml_get_type_traits(p.vdt)->to_float;
 }
 
 }  // namespace
@@ -140,7 +130,7 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
         const ggml_from_float_t from_float = p.q8x_quantize ? p.q8x_quantize
                                              : p.vdt == GGML_TYPE_F32 ? nullptr : ggml_get_cpu_type_traits(p.vdt)->from_float;
         if (p.vdt != GGML_TYPE_F32 && !from_float) ggml_abort("mul_mat: no converter to %s", ggml_type_name(p.vdt));
-        const ggml_to_float_t to_float = p.resid ? converted_to_float(p) : nullptr;
+        const ggml_to_float_t to_float = p.resid ? ggml_get_type_traits(p.vdt)->to_float : nullptr;
         const size_t frow = align_up(sizeof(float) * (size_t)K);
         float *tmp = p.gather ? (float *)(wtmp + (size_t)ith * frow) : nullptr;
         float *res = p.resid ? (float *)(wtmp + (size_t)(p.gather ? nth : 0) * frow + (size_t)ith * frow) : nullptr;
@@ -194,14 +184,12 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
         // column tile in turn: the tile's activations (QCOLS rows, up to
         // ~30 KB) stay in L1 across the block's rows, and the block's weights
         // (a few KB) stay in L1/L2 across the tiles.
-        // With resid a column is a pair of activation rows: four per call.
-        constexpr int64_t QROWS = 16;
-        const int64_t QCOLS = p.resid ? 4 : 8;
+        constexpr int64_t QROWS = 16, QCOLS = 8;
         const int64_t tiles = (N + QCOLS - 1) / QCOLS;
         int64_t lo, hi;
         ggml_split_range(by_rows ? R : tiles, ith, nth, &lo, &hi);
         const int64_t rbeg = by_rows ? lo : 0, rend = by_rows ? hi : R;
-        const int64_t jbeg = by_rows ? 0 : lo * QCOLS, jend = by_rows ? N : std::min(N, hi * QCOLS);
+        const int64_t jbeg = by_rows ? 0 : lo * QCOLS, jend = by_rows ? N : std::min<int64_t>(N, hi * QCOLS);
         const size_t ss = dst->nb[1];
         for (int64_t r = rbeg; r < rend;) {
             const int64_t batch = r / M, i0 = r % M;
@@ -212,15 +200,7 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
                 for (int64_t j = jbeg; j < jend; j += QCOLS) {
                     const int nc = (int)std::min(QCOLS, jend - j);
                     const char *y = brow(j, i2, i3);
-                    if (!p.resid) {
-                        for (int64_t i = ib; i < ie; i++) p.q8x_dot(K, arow(i, i2, i3), y, p.vrow, out(i, j, i2, i3), ss, nc);
-                        continue;
-                    }
-                    for (int64_t i = ib; i < ie; i++) {
-                        float pair[8];
-                        p.q8x_dot(K, arow(i, i2, i3), y, p.vrow, pair, sizeof(float), 2 * nc);
-                        for (int c = 0; c < nc; c++) *(float *)((char *)out(i, j, i2, i3) + c * ss) = pair[2 * c] + pair[2 * c + 1];
-                    }
+                    for (int64_t i = ib; i < ie; i++) p.q8x_dot(K, arow(i, i2, i3), y, p.vrow, out(i, j, i2, i3), ss, nc);
                 }
             }
             r += i1 - i0;
