@@ -141,15 +141,10 @@ void ggml_backend_buft_init_device(ggml_backend_buffer_type *bt, const char *nam
 void ggml_backend_buft_init_host(ggml_backend_buffer_type *bt, const char *name,
                                  void *(*alloc_mem)(ggml_backend_buffer_type *, size_t),
                                  void (*free_mem)(ggml_backend_buffer_type *, void *, size_t), void *ctx) {
-    bt->name = name;
+    // host memory: no budget, the CPU reads and writes it directly (no set/get/memset)
+    ggml_backend_buft_init_device(bt, name, SIZE_MAX, alloc_mem, free_mem, nullptr, nullptr, nullptr, ctx);
     bt->host = true;
     bt->alignment = GGML_DEFAULT_ALIGN;
-    bt->budget = SIZE_MAX;
-    bt->alloc_mem = alloc_mem;
-    bt->free_mem = free_mem;
-    bt->set = bt->get = nullptr;
-    bt->memset = nullptr;
-    bt->ctx = ctx;
 }
 
 ggml_backend_buffer_t ggml_backend_cpu_buffer_from_ptr(void *ptr, size_t size) {
