@@ -203,11 +203,12 @@ rows_plan make_rows_plan(const ggml_tensor *dst) {
     rows_plan p;
     const ggml_cpu_type_traits *tw = ggml_get_cpu_type_traits(w->type);
     if (!tw->vec_dot) ggml_abort("%s: no dot kernel for weight type %s", ggml_op_name(dst->op), ggml_type_name(w->type));
-    p.vdt = ggml_cpu_act_type(tw, ggml_prec_high(dst));
-    p.dot = ggml_cpu_act_dot(tw, ggml_prec_high(dst));
+    const bool high = ggml_prec_high(dst);
+    p.vdt = ggml_cpu_act_type(tw, high);
+    p.dot = ggml_cpu_act_dot(tw, high);
     p.vrow = ggml_row_size(p.vdt, x->ne[0]);
     p.convert = p.vdt != GGML_TYPE_F32;
-    p.high = p.convert && ggml_prec_high(dst);
+    p.high = p.convert && high;  // converted at high precision: the q8xh layout, or a residual row
     const ggml_q8x_kernels *q = tw->vec_dot != tw->vec_dot_ref ? ggml_cpu_q8x() : nullptr;
     const bool q8x_ok = q && x->ne[0] % 32 == 0;
     if (p.high) {
