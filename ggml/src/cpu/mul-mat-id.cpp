@@ -130,12 +130,13 @@ masked_plan masked_plan_of(const routing &r) {
     const ggml_cpu_type_traits *ta = ggml_get_cpu_type_traits(r.as->type);
     if (!ta || !ta->vec_dot) ggml_abort("mul_mat_id: no dot kernel for type %s", ggml_type_name(r.as->type));
     masked_plan p;
-    p.dot = ta->vec_dot;
-    const ggml_type vdt = ta->vec_dot_type;
+    const bool high = ggml_prec_high(r.dst);
+    p.dot = ggml_cpu_act_dot(ta, high);  // the activation rule of every weight product (ops.h)
+    const ggml_type vdt = ggml_cpu_act_type(ta, high);
     p.from_float = vdt == GGML_TYPE_F32 ? nullptr : ggml_get_cpu_type_traits(vdt)->from_float;
     p.to_float = ggml_get_type_traits(vdt)->to_float;
     p.vrow = ggml_row_size(vdt, r.K);
-    p.resid = ggml_prec_high(r.dst) && vdt != GGML_TYPE_F32;
+    p.resid = high && vdt != GGML_TYPE_F32;
     p.stride = align_up(p.resid ? 2 * p.vrow : p.vrow);
     return p;
 }
