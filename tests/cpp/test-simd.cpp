@@ -351,6 +351,70 @@ static void test_q8x(const char *family, const table &ref, const ggml_q8x_kernel
     printf("  %-6s multi f16 : %d cases\n", family, cases);
 }
 
+// The register-tiled prompt kernels (gemm, gemm_hi on rows unpacked by
+// unpack, run in chunks of 1-3 groups): every element of a
+// GGML_Q8X_GEMM_ROWS x nc tile, unpacked rows and columns at strides larger
+// than a row, has the bits of the one-row
+// kernel (dot, dot_hi) run on that packed row and column alone (which
+// test_q8x and test-mul-mat check against the reference), and nothing
+// between the outputs is written.
+static void test_q8x_gemm(const char *family, const table &ref, const ggml_q8x_kernels *q) {
+    const int R = GGML_Q8X_GEMM_ROWS;
+    for (int hi = 0; hi < 2; hi++) {
+        const ggml_q8x_gemm_t *gemm = hi ? q->gemm_hi : q->gemm;
+        const ggml_q8x_dot_t *dot = hi ? q->dot_hi : q->dot;
+        const ggml_q8x_quantize_t quant = hi ? q->quantize_hi : q->quantize;
+        for (int ti = 0; ti < GGML_TYPE_COUNT; ti++) {
+            if (!gemm[ti]) continue;
+            const ggml_type t = (ggml_type)ti;
+            CHECK(dot[ti] && q->unpack[ti], "%s gemm %s without its one-row kernel or unpacker", family, core(t).name);
+            if (!dot[ti] || !q->unpack[ti]) continue;
+            int cases = 0;
+            for (int64_t nb : {1, 3, 4, 5, 9, 18, 48}) {
+                const int64_t n = 32 * nb;
+                const size_t xs = ggml_row_size(t, n) + 40;  // a stride larger than the row
+                const size_t ys = (hi ? ggml_q8xh_row_size(n) : ggml_q8x_row_size(n)) + 64;
+                std::vector<uint8_t> x(xs * R);
+                for (int r = 0; r < R; r++) {
+                    const std::vector<uint8_t> xq = quantize_ref(ref, t, randn(n, r == 1 ? 1e-3f : 1.0f));
+                    memcpy(x.data() + r * xs, xq.data(), ggml_row_size(t, n));
+                }
+                const size_t us = ggml_q8x_unpacked_size(n) + 128;  // 64-byte multiple, larger than a row
+                std::vector<uint8_t> ubytes(us * R + 64);
+                uint8_t *u = ubytes.data() + (64 - (uintptr_t)ubytes.data() % 64) % 64;
+                for (int r = 0; r < R; r++) q->unpack[t](n, x.data() + r * xs, u + r * us);
+                alignas(64) float acc[16 * GGML_Q8X_GEMM_ROWS * GGML_Q8X_GEMM_COLS];
+                for (int nc = 1; nc <= GGML_Q8X_GEMM_COLS; nc++) {
+                    std::vector<uint8_t> y(ys * nc);
+                    for (int c = 0; c < nc; c++) quant(randn(n, c == 2 ? 30.0f : 1.0f).data(), y.data() + c * ys, n);
+                    const int os = 2 * R + 1;  // floats from one output column to the next
+                    std::vector<float> out((size_t)os * nc, -1.0f);
+                    // in chunks of `chunk` groups (the accumulators kept in acc between calls)
+                    const int64_t ng = (n + 127) / 128, chunk = 1 + (nb + nc) % 3;
+                    for (int64_t g0 = 0; g0 < ng; g0 += chunk) {
+                        const int64_t gn = std::min(chunk, ng - g0);
+                        const int flags = (g0 == 0 ? GGML_Q8X_ACC_FIRST : 0) | (g0 + gn == ng ? GGML_Q8X_ACC_LAST : 0);
+                        gemm[t](gn, u + g0 * 256, us, y.data() + g0 * (ys - 64) / ng, ys, acc, out.data(), os * sizeof(float), nc, flags);
+                    }
+                    for (int c = 0; c < nc; c++) {
+                        for (int r = 0; r < R; r++) {
+                            float alone = 0;
+                            dot[t](n, x.data() + r * xs, y.data() + c * ys, ys, &alone, 0, 1);
+                            const float got = out[(size_t)os * c + r];
+                            CHECK(memcmp(&alone, &got, sizeof(float)) == 0, "%s gemm%s %s n=%lld nc=%d: row %d col %d %.9g != alone %.9g",
+                                  family, hi ? "_hi" : "", core(t).name, (long long)n, nc, r, c, got, alone);
+                            cases++;
+                        }
+                        for (int r = R; r < os; r++)
+                            CHECK(out[(size_t)os * c + r] == -1.0f, "%s gemm %s: wrote between outputs", family, core(t).name);
+                    }
+                }
+            }
+            printf("  %-6s gemm%-3s %-5s: %d elements equal to the one-row kernel\n", family, hi ? "_hi" : "", core(t).name, cases);
+        }
+    }
+}
+
 int main() {
     const table ref = ref_table();
     printf("dispatch picked: %s\n", ggml_cpu_backend_name());
@@ -366,6 +430,7 @@ int main() {
     if (strcmp(ggml_cpu_backend_name(), "scalar") != 0) {
         test_dots("best", ref, best);
         if (ggml_cpu_q8x()) test_q8x("best", ref, ggml_cpu_q8x());
+        if (ggml_cpu_q8x()) test_q8x_gemm("best", ref, ggml_cpu_q8x());
         test_quantizers("best", ref, best);
         families++;
     }
@@ -391,6 +456,7 @@ int main() {
         test_dots("avx2", ref, t2);
         test_quantizers("avx2", ref, t2);
         test_q8x("avx2", ref, ggml_cpu_q8x_avx2());
+        test_q8x_gemm("avx2", ref, ggml_cpu_q8x_avx2());
         std::vector<ggml_vec_dot2_t> d2(GGML_TYPE_COUNT, nullptr);
         ggml_cpu_set_dot_resid_avx2(d2.data());
         test_dot_resid("avx2", ref, d2.data());
@@ -404,12 +470,14 @@ int main() {
         test_dots("avx512", ref, t5);
         test_quantizers("avx512", ref, t5);
         test_q8x("avx512", ref, ggml_cpu_q8x_avx512());
+        test_q8x_gemm("avx512", ref, ggml_cpu_q8x_avx512());
         std::vector<ggml_vec_dot2_t> d2(GGML_TYPE_COUNT, nullptr);
         ggml_cpu_set_dot_resid_avx512(d2.data());
         test_dot_resid("avx512", ref, d2.data());
         families++;
         if (__builtin_cpu_supports("avx512vbmi")) {
             test_q8x("vbmi", ref, ggml_cpu_q8x_avx512vbmi());
+            test_q8x_gemm("vbmi", ref, ggml_cpu_q8x_avx512vbmi());
             families++;
         } else {
             printf("SKIP avx512vbmi q8x kernels: CPU lacks AVX-512 VBMI\n");

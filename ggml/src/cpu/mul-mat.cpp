@@ -31,6 +31,8 @@ inline size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
 
 struct plan {
     ggml_q8x_dot_t q8x_dot;            // non-null: a multi-column kernel (q8x or F16 activations)
+    ggml_q8x_gemm_t q8x_gemm;          // non-null: its register-tiled form for row blocks
+    ggml_q8x_unpack_t q8x_unpack;      // ... on rows unpacked by this
     ggml_q8x_quantize_t q8x_quantize;  // non-null: the activation converter for q8x_dot
     ggml_type vdt;
     size_t vrow;     // bytes of one converted b row
@@ -59,10 +61,14 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *ds
     // the activation layout itself (vec-dot-simd.h), one column per row.
     const bool hi_kernel = high && q && K % 32 == 0 && q->dot_hi[a->type];
     p.q8x_dot = q && K % 32 == 0 && (b->ne[1] > 1 || q->matvec[a->type]) ? q->dot[a->type] : nullptr;
+    p.q8x_gemm = p.q8x_dot && b->ne[1] > 1 ? q->gemm[a->type] : nullptr;
+    p.q8x_unpack = p.q8x_gemm ? q->unpack[a->type] : nullptr;
     p.q8x_quantize = p.q8x_dot ? q->quantize : nullptr;
     if (p.q8x_dot) p.vrow = ggml_q8x_row_size(K);
     if (hi_kernel) {
         p.q8x_dot = q->dot_hi[a->type];
+        p.q8x_gemm = b->ne[1] > 1 && q->unpack[a->type] ? q->gemm_hi[a->type] : nullptr;
+        p.q8x_unpack = p.q8x_gemm ? q->unpack[a->type] : nullptr;
         p.q8x_quantize = q->quantize_hi;
         p.vrow = ggml_q8xh_row_size(K);
     }
@@ -72,6 +78,8 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *ds
     // column's one accumulator would expose.
     if (q && a->type == GGML_TYPE_F16 && b->ne[1] > 1) {
         p.q8x_dot = q->dot_f16;
+        p.q8x_gemm = nullptr;
+        p.q8x_unpack = nullptr;
         p.q8x_quantize = p.vdt == GGML_TYPE_F32 ? copy_row_f32 : q->f16r_convert;
         p.vrow = sizeof(float) * (size_t)K;
     }
@@ -91,6 +99,16 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *ds
 
 }  // namespace
 
+// The prompt kernels' blocking: a block of QROWS weight rows, unpacked once
+// per thread and block, meets tiles of QCOLS activation rows, KCHUNK groups
+// of 128 elements at a time (the chunk's weights, activations and
+// accumulators, ~35 KB, stay in L1 while every register tile of the block
+// passes over them).
+constexpr int64_t QROWS = 16, QCOLS = 8, KCHUNK = 4;
+static size_t unpack_bytes(int64_t K) {
+    return align_up((size_t)QROWS * ggml_q8x_unpacked_size(K)) + sizeof(float) * 16 * QROWS * QCOLS;
+}
+
 // Few activation rows (decoding): every thread converts all of them into its
 // own copy instead of sharing the work, which saves a barrier per MUL_MAT
 // (hundreds per token) for a few microseconds of duplicated conversion.
@@ -107,6 +125,7 @@ extern "C" size_t ggml_mul_mat_work_size(const ggml_tensor *node, int n_threads)
     const size_t frow = align_up(sizeof(float) * (size_t)b->ne[0]);
     if (p.gather) w += (size_t)n_threads * frow;
     if (p.resid) w += (size_t)n_threads * frow;
+    if (p.q8x_gemm) w += (size_t)n_threads * unpack_bytes(b->ne[0]) + ALIGN;
     return w;
 }
 
@@ -183,24 +202,48 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
         // whatever the thread count. A block of QROWS weight rows meets every
         // column tile in turn: the tile's activations (QCOLS rows, up to
         // ~30 KB) stay in L1 across the block's rows, and the block's weights
-        // (a few KB) stay in L1/L2 across the tiles.
-        constexpr int64_t QROWS = 16, QCOLS = 8;
+        // (a few KB) stay in L1/L2 across the tiles. Within a tile, the
+        // register-tiled kernel takes GEMM_ROWS x GEMM_COLS elements a call
+        // (each computed exactly as the one-row kernel would).
+        constexpr int64_t GR = GGML_Q8X_GEMM_ROWS, GC = GGML_Q8X_GEMM_COLS;
+        static_assert(QROWS % GR == 0 && QCOLS % GC == 0, "tiles of whole register tiles");
+        const ggml_q8x_gemm_t gemm = dst->nb[0] == sizeof(float) ? p.q8x_gemm : nullptr;
+        const size_t usz = ggml_q8x_unpacked_size(K);
+        // this thread's unpacked rows, after the gather and residual rows (work size: + ALIGN to align them)
+        const uintptr_t uscratch = (uintptr_t)wtmp + (size_t)nth * align_up(sizeof(float) * (size_t)K) * (p.gather + p.resid);
+        char *const ubuf = (char *)((uscratch + ALIGN - 1) / ALIGN * ALIGN) + (size_t)ith * unpack_bytes(K);
+        float *const accs = (float *)(ubuf + align_up((size_t)QROWS * usz));  // one register tile's after another
+        const int64_t ng = (K + 127) / 128;
+        const size_t ygroup = p.vrow / (size_t)ng;  // bytes of an activation group
         const int64_t tiles = (N + QCOLS - 1) / QCOLS;
         int64_t lo, hi;
         ggml_split_range(by_rows ? R : tiles, ith, nth, &lo, &hi);
         const int64_t rbeg = by_rows ? lo : 0, rend = by_rows ? hi : R;
         const int64_t jbeg = by_rows ? 0 : lo * QCOLS, jend = by_rows ? N : std::min<int64_t>(N, hi * QCOLS);
         const size_t ss = dst->nb[1];
+        if (jbeg >= jend) return;
         for (int64_t r = rbeg; r < rend;) {
             const int64_t batch = r / M, i0 = r % M;
             const int64_t i2 = batch % B2, i3 = batch / B2;
             const int64_t i1 = std::min(M, i0 + (rend - r));
             for (int64_t ib = i0; ib < i1; ib += QROWS) {
                 const int64_t ie = std::min(i1, ib + QROWS);
+                const int64_t ig = gemm ? ib + (ie - ib) / GR * GR : ib;  // rows [ib, ig) go through gemm
+                for (int64_t i = ib; i < ig; i++) p.q8x_unpack(K, arow(i, i2, i3), ubuf + (size_t)(i - ib) * usz);
                 for (int64_t j = jbeg; j < jend; j += QCOLS) {
                     const int nc = (int)std::min(QCOLS, jend - j);
                     const char *y = brow(j, i2, i3);
-                    for (int64_t i = ib; i < ie; i++) p.q8x_dot(K, arow(i, i2, i3), y, p.vrow, out(i, j, i2, i3), ss, nc);
+                    for (int64_t g0 = 0; g0 < ng && ig > ib; g0 += KCHUNK) {
+                        const int64_t gn = std::min(KCHUNK, ng - g0);
+                        const int flags = (g0 == 0 ? GGML_Q8X_ACC_FIRST : 0) | (g0 + gn == ng ? GGML_Q8X_ACC_LAST : 0);
+                        float *acc = accs;
+                        for (int64_t i = ib; i < ig; i += GR)
+                            for (int c = 0; c < nc; c += (int)GC, acc += 16 * GR * GC)
+                                gemm(gn, ubuf + (size_t)(i - ib) * usz + (size_t)g0 * 256, usz, y + (size_t)c * p.vrow + (size_t)g0 * ygroup,
+                                     p.vrow, acc, out(i, j + c, i2, i3), ss, std::min((int)GC, nc - c), flags);
+                    }
+                    int64_t i = ig;
+                    for (; i < ie; i++) p.q8x_dot(K, arow(i, i2, i3), y, p.vrow, out(i, j, i2, i3), ss, nc);
                 }
             }
             r += i1 - i0;

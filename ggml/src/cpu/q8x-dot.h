@@ -35,30 +35,102 @@ inline void load_group(const typename X::B *x, const typename X::B *tail, int64_
     X::load(left >= 4 ? x : tail, ua, ub, d, m);
 }
 
-// One weight row against NC activation rows. A loader X unpacks a group of
-// four weight blocks once into the q8x order (vec-dot-simd.h): ua, ub the
-// unsigned quants u of the blocks' low and high halves, d and m per lane so
-// that weight = d (u + o) for the types with a fixed offset o = -2^X::S
-// (m unused), or d u + m (X::S < 0). Per column: two vpdpbusd into one
-// register whose lane l is block l / 4, the offset in integers (ns << S),
-// one conversion, the activation then weight scales, one fma; the stored
-// minimum goes through m . sd into a second accumulator. Each column's
-// arithmetic is the same whatever NC is, so the result of an element never
-// depends on how columns were tiled.
+// One unpacked group of four weight blocks (see q8x_tile), as registers or
+// as the 256 bytes it takes in an unpacked row (q8x_unpack).
+struct q8x_wgroup {
+    __m512i ua, ub;
+    __m512 d, m;
+};
+static_assert(sizeof(q8x_wgroup) == 256, "ggml_q8x_unpacked_size: 256 bytes a group");
+
+// The q8x tile core: NR weight rows against NC activation rows, the result of
+// row r and column c to s[r] + c * ss bytes. load(r, g, &w) gives group g of
+// row r unpacked into the q8x order (vec-dot-simd.h): ua, ub the unsigned
+// quants u of the four blocks' low and high halves, d and m per lane so that
+// weight = d (u + o) for the types with a fixed offset o = -2^S (m unused),
+// or d u + m (S < 0). Per column, the activations are loaded once for all NR
+// rows (a register tile: NR x NC accumulators); per row and column: two
+// vpdpbusd into one register whose lane l is block l / 4, started at the
+// offset in integers (ns << S) plus the bits of the float 1.5 2^23, so that
+// the sum's bits read as a float are 1.5 2^23 + sum exactly (|sum| < 2^22)
+// and one fmsub with the activation scale dy (an fp16 value: 1.5 2^23 dy is
+// exact) gives round(sum dy) with no conversion instruction; then one fma
+// with the weight scale. The stored minimum goes through m . sd into the
+// same accumulator (one register per element keeps a 4 x 4 tile in the 32
+// vector registers). Each element's arithmetic is the same whatever NR and
+// NC are, so its result never depends on how rows and columns were tiled
+// (mat-vec, prompt batches and every thread split agree).
 // H: activations in the q8xh layout: per column the integer dot of the
-// weights with 128 q + q2 (shift, two more vpdpbusd) in place of q.
-template <class X, int NC, bool H = false>
-void dot_q8x(int64_t k, const void *vx, const void *vy, size_t ys, float *s, size_t ss) {
+// weights with 128 q + q2 (shift, two more vpdpbusd) in place of q; its sum
+// fits the exact float range only for |u + o| <= 31 (not q8_0: a conversion).
+// The accumulators can also continue from and be left in memory (acc: NR x
+// NC vectors of 16 floats, 64-byte aligned; GGML_Q8X_ACC_* in flags), so a
+// row can be run in chunks of groups with the same arithmetic.
+template <int S, int NR, int NC, bool H, bool WIDE, class Load>
+__attribute__((always_inline)) inline void q8x_tile(int64_t ng, Load &&load, const uint8_t *y0, size_t ys, float *s, size_t ss,
+                                                    float *accv = nullptr, int flags = GGML_Q8X_ACC_FIRST | GGML_Q8X_ACC_LAST) {
     constexpr size_t GROUP = H ? GGML_Q8XH_GROUP : GGML_Q8X_GROUP;
     constexpr size_t DY = H ? 256 : 128, NS = DY + 64, SD = DY + 128;  // offsets of the scales and sums
-    constexpr bool OFF = X::S >= 0;
+    constexpr bool OFF = S >= 0, MAGIC = !(H && WIDE);
+    constexpr float FM = 12582912.0f;  // 1.5 2^23, bits 0x4B400000
+    const __m512i magic = _mm512_set1_epi32(MAGIC ? 0x4B400000 : 0);
+    __m512 acc[NR][NC];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++)
+            acc[r][c] = flags & GGML_Q8X_ACC_FIRST ? _mm512_setzero_ps() : _mm512_load_ps(accv + 16 * (r * NC + c));
+    for (int64_t g = 0; g < ng; g++) {
+        q8x_wgroup w[NR];
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) load(r, g, &w[r]);
+        const uint8_t *yg = y0 + g * GROUP;
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            const uint8_t *yc = yg + c * ys;
+            const __m512i ns = OFF ? _mm512_slli_epi32(_mm512_loadu_si512(yc + NS), OFF ? S : 0) : _mm512_setzero_si512();
+            const __m512i qa = _mm512_loadu_si512(yc), qb = _mm512_loadu_si512(yc + 64);
+            const __m512 dy = _mm512_loadu_ps((const float *)(yc + DY));
+            const __m512 dm = _mm512_mul_ps(dy, _mm512_set1_ps(FM));
+            const __m512i init = H ? magic : _mm512_add_epi32(ns, magic);
+            const __m512i hinit = _mm512_add_epi32(ns, magic);
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                __m512i p;
+                if (!H) {
+                    p = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, w[r].ua, qa), w[r].ub, qb);
+                } else {  // 128 dot(u, q) + dot(u, q2) + offset: |.| < 2^24 per lane, exact in int32
+                    p = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r].ua, qa), w[r].ub, qb);
+                    p = _mm512_slli_epi32(p, 7);
+                    p = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(p, w[r].ua, _mm512_loadu_si512(yc + 128)), w[r].ub,
+                                            _mm512_loadu_si512(yc + 192));
+                    if (OFF || MAGIC) p = _mm512_add_epi32(p, hinit);
+                }
+                const __m512 f = MAGIC ? _mm512_fmsub_ps(_mm512_castsi512_ps(p), dy, dm) : _mm512_mul_ps(_mm512_cvtepi32_ps(p), dy);
+                acc[r][c] = _mm512_fmadd_ps(f, w[r].d, acc[r][c]);
+                if (!OFF) acc[r][c] = _mm512_fmadd_ps(w[r].m, _mm512_loadu_ps((const float *)(yc + SD)), acc[r][c]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            if (flags & GGML_Q8X_ACC_LAST) *(float *)((char *)(s + r) + c * ss) = _mm512_reduce_add_ps(acc[r][c]);
+            else _mm512_store_ps(accv + 16 * (r * NC + c), acc[r][c]);
+        }
+}
+
+// Whether a loader's weights reach |u + o| > 31 (q8_0).
+template <class X>
+constexpr bool wide_quants() { return X::S >= 7; }
+
+// One weight row in its block format against NC activation rows.
+template <class X, int NC, bool H>
+void dot_q8x(int64_t k, const void *vx, const void *vy, size_t ys, float *s, size_t ss) {
     using B = typename X::B;
     const B *x = (const B *)vx;
     const int64_t nb = k / 32, ng = (nb + 3) / 4;
-    __m512 acc[NC], accm[NC];
-#pragma GCC unroll 8
-    for (int c = 0; c < NC; c++) acc[c] = accm[c] = _mm512_setzero_ps();
-    const uint8_t *y0 = (const uint8_t *)vy;
     // A last partial group reads zero blocks (d = m = 0): loaders with masked
     // loads (partial_loads) read them as zeros in place, the others from a copy.
     const int64_t nfull = nb / 4;
@@ -68,35 +140,14 @@ void dot_q8x(int64_t k, const void *vx, const void *vy, size_t ys, float *s, siz
         memcpy(tail, x + 4 * nfull, sizeof(B) * (size_t)(nb - 4 * nfull));
     }
     const int ahead = ggml_prefetch_distance;
-    for (int64_t g = 0; g < ng; g++) {
+    auto load = [&](int, int64_t g, q8x_wgroup *w) {
         ggml_prefetch_chunk(x + 4 * g, 4 * (int)sizeof(B), ahead);
-        __m512i ua, ub;
-        __m512 dx, mx;
-        load_group<X>(x + 4 * g, tail, nb - 4 * g, &ua, &ub, &dx, &mx, 0);
-        const uint8_t *yg = y0 + g * GROUP;
-#pragma GCC unroll 8
-        for (int c = 0; c < NC; c++) {
-            const uint8_t *yc = yg + c * ys;
-            const __m512i ns = OFF ? _mm512_slli_epi32(_mm512_loadu_si512(yc + NS), X::S > 0 ? X::S : 0) : _mm512_setzero_si512();
-            __m512i p;
-            if (!H) {
-                p = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ns, ua, _mm512_loadu_si512(yc)), ub, _mm512_loadu_si512(yc + 64));
-            } else {  // 128 dot(u, q) + dot(u, q2) + offset: |.| < 2^24 per lane, exact in int32 and in the f32 conversion
-                p = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ua, _mm512_loadu_si512(yc)), ub,
-                                        _mm512_loadu_si512(yc + 64));
-                p = _mm512_slli_epi32(p, 7);
-                p = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(p, ua, _mm512_loadu_si512(yc + 128)), ub, _mm512_loadu_si512(yc + 192));
-                if (OFF) p = _mm512_add_epi32(p, ns);
-            }
-            const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(p), _mm512_loadu_ps((const float *)(yc + DY)));
-            acc[c] = _mm512_fmadd_ps(f, dx, acc[c]);
-            if (!OFF) accm[c] = _mm512_fmadd_ps(mx, _mm512_loadu_ps((const float *)(yc + SD)), accm[c]);
-        }
-    }
-#pragma GCC unroll 8
-    for (int c = 0; c < NC; c++) *(float *)((char *)s + c * ss) = _mm512_reduce_add_ps(OFF ? acc[c] : _mm512_add_ps(acc[c], accm[c]));
+        load_group<X>(x + 4 * g, tail, nb - 4 * g, &w->ua, &w->ub, &w->d, &w->m, 0);
+    };
+    q8x_tile<X::S, 1, NC, H, wide_quants<X>()>(ng, load, (const uint8_t *)vy, ys, s, ss);
 }
 
+// One weight row against nc (1..8) activation rows.
 template <class X, bool H = false>
 void dot_q8x_n(int64_t k, const void *x, const void *y, size_t ys, float *s, size_t ss, int nc) {
     switch (nc) {
@@ -109,6 +160,60 @@ void dot_q8x_n(int64_t k, const void *x, const void *y, size_t ys, float *s, siz
         case 7: return dot_q8x<X, 7, H>(k, x, y, ys, s, ss);
         default: return dot_q8x<X, 8, H>(k, x, y, ys, s, ss);
     }
+}
+
+// A weight row unpacked once, group by group (ggml_q8x_unpacked_size), for
+// the prompt kernels, which meet every row once per column tile: the
+// unpacking is then paid once per row block and prompt, not once per tile.
+template <class X>
+void unpack_q8x(int64_t k, const void *vx, void *vu) {
+    using B = typename X::B;
+    const B *x = (const B *)vx;
+    const int64_t nb = k / 32, ng = (nb + 3) / 4, nfull = nb / 4;
+    B tail[4];
+    if (!has_partial_loads<X>(0) && nfull < ng) {
+        memset(tail, 0, sizeof(tail));
+        memcpy(tail, x + 4 * nfull, sizeof(B) * (size_t)(nb - 4 * nfull));
+    }
+    q8x_wgroup *u = (q8x_wgroup *)vu;
+    for (int64_t g = 0; g < ng; g++) {
+        q8x_wgroup w;
+        w.m = _mm512_setzero_ps();
+        load_group<X>(x + 4 * g, tail, nb - 4 * g, &w.ua, &w.ub, &w.d, &w.m, 0);
+        _mm512_store_si512(&u[g].ua, w.ua);
+        _mm512_store_si512(&u[g].ub, w.ub);
+        _mm512_store_ps(&u[g].d, w.d);
+        _mm512_store_ps(&u[g].m, w.m);
+    }
+}
+
+// GGML_Q8X_GEMM_ROWS unpacked rows (u, u + us bytes, ...) against NC
+// activation rows, ng groups of them (one chunk of the rows; acc, flags: see
+// q8x_tile): the same arithmetic per element as dot_q8x.
+template <class X, int NC, bool H>
+void gemm_q8xu(int64_t ng, const void *vu, size_t us, const void *vy, size_t ys, float *acc, float *s, size_t ss, int flags) {
+    auto load = [&](int r, int64_t g, q8x_wgroup *w) {
+        const q8x_wgroup *u = (const q8x_wgroup *)((const char *)vu + r * us) + g;
+        w->ua = _mm512_load_si512(&u->ua);
+        w->ub = _mm512_load_si512(&u->ub);
+        w->d = _mm512_load_ps(&u->d);
+        if (X::S < 0) w->m = _mm512_load_ps(&u->m);
+    };
+    q8x_tile<X::S, GGML_Q8X_GEMM_ROWS, NC, H, wide_quants<X>()>(ng, load, (const uint8_t *)vy, ys, s, ss, acc, flags);
+}
+template <class X, bool H = false>
+void gemm_q8x_n(int64_t ng, const void *u, size_t us, const void *y, size_t ys, float *acc, float *s, size_t ss, int nc, int flags) {
+    static_assert(GGML_Q8X_GEMM_COLS == 4, "one case per column count");
+    switch (nc) {
+        case 1: return gemm_q8xu<X, 1, H>(ng, u, us, y, ys, acc, s, ss, flags);
+        case 2: return gemm_q8xu<X, 2, H>(ng, u, us, y, ys, acc, s, ss, flags);
+        case 3: return gemm_q8xu<X, 3, H>(ng, u, us, y, ys, acc, s, ss, flags);
+        default: return gemm_q8xu<X, 4, H>(ng, u, us, y, ys, acc, s, ss, flags);
+    }
+}
+template <class X>
+void gemm_q8xh_n(int64_t ng, const void *u, size_t us, const void *y, size_t ys, float *acc, float *s, size_t ss, int nc, int flags) {
+    gemm_q8x_n<X, true>(ng, u, us, y, ys, acc, s, ss, nc, flags);
 }
 template <class X>
 void dot_q8xh_n(int64_t k, const void *x, const void *y, size_t ys, float *s, size_t ss, int nc) {

@@ -122,10 +122,25 @@ ggml_q8x_kernels make_q8x_vbmi() {
     q.dot[GGML_TYPE_Q8_0] = dot_q8x_n<XV<L_q8_0>>;
     q.quantize_hi = ggml_q8xh_quantize_avx512;
     q.dot_hi[GGML_TYPE_Q4_0] = dot_q8xh_n<XV<L_q4_0>>;
+    q.unpack[GGML_TYPE_Q4_0] = unpack_q8x<XV<L_q4_0>>;
+    q.gemm[GGML_TYPE_Q4_0] = gemm_q8x_n<XV<L_q4_0>>;
+    q.gemm_hi[GGML_TYPE_Q4_0] = gemm_q8xh_n<XV<L_q4_0>>;
     q.dot_hi[GGML_TYPE_Q4_1] = dot_q8xh_n<XV<L_q4_1>>;
+    q.unpack[GGML_TYPE_Q4_1] = unpack_q8x<XV<L_q4_1>>;
+    q.gemm[GGML_TYPE_Q4_1] = gemm_q8x_n<XV<L_q4_1>>;
+    q.gemm_hi[GGML_TYPE_Q4_1] = gemm_q8xh_n<XV<L_q4_1>>;
     q.dot_hi[GGML_TYPE_Q5_0] = dot_q8xh_n<XV<L_q5_0>>;
+    q.unpack[GGML_TYPE_Q5_0] = unpack_q8x<XV<L_q5_0>>;
+    q.gemm[GGML_TYPE_Q5_0] = gemm_q8x_n<XV<L_q5_0>>;
+    q.gemm_hi[GGML_TYPE_Q5_0] = gemm_q8xh_n<XV<L_q5_0>>;
     q.dot_hi[GGML_TYPE_Q5_1] = dot_q8xh_n<XV<L_q5_1>>;
+    q.unpack[GGML_TYPE_Q5_1] = unpack_q8x<XV<L_q5_1>>;
+    q.gemm[GGML_TYPE_Q5_1] = gemm_q8x_n<XV<L_q5_1>>;
+    q.gemm_hi[GGML_TYPE_Q5_1] = gemm_q8xh_n<XV<L_q5_1>>;
     q.dot_hi[GGML_TYPE_Q8_0] = dot_q8xh_n<XV<L_q8_0>>;
+    q.unpack[GGML_TYPE_Q8_0] = unpack_q8x<XV<L_q8_0>>;
+    q.gemm[GGML_TYPE_Q8_0] = gemm_q8x_n<XV<L_q8_0>>;
+    q.gemm_hi[GGML_TYPE_Q8_0] = gemm_q8xh_n<XV<L_q8_0>>;
     return q;
 }
 

@@ -92,9 +92,29 @@ static inline size_t ggml_q8xh_row_size(int64_t k) { return (size_t)((k + 127) /
 typedef void (*ggml_q8x_quantize_t)(const float *x, void *y, int64_t k);
 // s[c * s_stride bytes] = dot(weight row x, activation row y + c * y_stride) for c < nc (1..8).
 typedef void (*ggml_q8x_dot_t)(int64_t k, const void *x, const void *y, size_t y_stride, float *s, size_t s_stride, int nc);
+// The register-tiled form for prompt batches, on weight rows unpacked once
+// by ggml_q8x_unpack_t into ggml_q8x_unpacked_size(k) bytes each (64-byte
+// aligned), run over ng groups of 128 elements (a chunk of the rows, so that
+// a block of rows and columns stays in L1 across the chunk): the dot of
+// unpacked row u + r * u_stride and activation row y + c * y_stride for
+// r < GGML_Q8X_GEMM_ROWS and c < nc (1..GGML_Q8X_GEMM_COLS), continued from
+// the accumulators in acc (64-byte aligned, GEMM_ROWS x GEMM_COLS x 16
+// floats) unless flags has GGML_Q8X_ACC_FIRST, and with GGML_Q8X_ACC_LAST
+// written to s[r] + c * s_stride bytes, otherwise left in acc. Every element
+// is computed exactly as ggml_q8x_dot_t computes it on the packed row.
+#define GGML_Q8X_GEMM_ROWS 4
+#define GGML_Q8X_GEMM_COLS 4
+#define GGML_Q8X_ACC_FIRST 1
+#define GGML_Q8X_ACC_LAST 2
+typedef void (*ggml_q8x_unpack_t)(int64_t k, const void *x, void *u);
+typedef void (*ggml_q8x_gemm_t)(int64_t ng, const void *u, size_t u_stride, const void *y, size_t y_stride, float *acc,
+                                float *s, size_t s_stride, int nc, int flags);
+static inline size_t ggml_q8x_unpacked_size(int64_t k) { return (size_t)((k + 127) / 128) * 256; }
 struct ggml_q8x_kernels {
     ggml_q8x_quantize_t quantize;
     ggml_q8x_dot_t dot[GGML_TYPE_COUNT];  // NULL: type not covered
+    ggml_q8x_unpack_t unpack[GGML_TYPE_COUNT];  // NULL: prompts use dot
+    ggml_q8x_gemm_t gemm[GGML_TYPE_COUNT];
     // Also use dot for mat-vec (one activation row)? Set for every type the
     // family covers since the nibble-order layout (in-cache one-column speed
     // above the family's vec_dot on the Xeon VM, 2026-12-01).
@@ -107,6 +127,7 @@ struct ggml_q8x_kernels {
     // q8xh: the same weights x high-precision activation rows
     ggml_q8x_quantize_t quantize_hi;
     ggml_q8x_dot_t dot_hi[GGML_TYPE_COUNT];
+    ggml_q8x_gemm_t gemm_hi[GGML_TYPE_COUNT];
 };
 #ifdef GGML_SIMD_X86
 const struct ggml_q8x_kernels *ggml_cpu_q8x_avx2(void);        // needs the AVX2 family
