@@ -196,7 +196,10 @@ void dot_q2_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
 // q3_K: u = 2 low bits | hmask bit << 2 (0..7), value u - 4; 16 sub-blocks
 // of 16 with 6-bit scales stored plus 32. The 4 comes off in integers
 // through the block sums. hmask bit c of byte l is element 32c + l: register
-// m takes bits 2m (low lane) and 2m + 1 (high lane) of the 32 broadcast bytes.
+// m takes bits 2m (low lane) and 2m + 1 (high lane) of the 32 broadcast bytes,
+// shifted straight to bit 2 (left for m = 0, right by 2m - 2 and 2m - 1
+// otherwise; a word shift of at most 5 brings nothing from the other byte
+// into bit 2) and merged with the low bits by one ternary-logic op.
 template <int NR>
 void dot_q3_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
     static const word_index<idx_6bit> idx;
@@ -204,9 +207,10 @@ void dot_q3_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
     const int64_t nb = n / QK_K;
     const __m512i sh[4] = {shift_2bit(0), shift_2bit(1), shift_2bit(2), shift_2bit(3)};
     __m512i hsh[4];
-    for (int m = 0; m < 4; m++)
-        hsh[m] = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * m)), _mm256_set1_epi16((short)(2 * m + 1)), 1);
-    const __m512i one = _mm512_set1_epi8(1);
+    hsh[0] = _mm512_inserti64x4(_mm512_set1_epi16(2), _mm256_set1_epi16(1), 1);  // left
+    for (int m = 1; m < 4; m++)
+        hsh[m] = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * m - 2)), _mm256_set1_epi16((short)(2 * m - 1)), 1);
+    const __m512i four = _mm512_set1_epi8(4);
     __m512 acc = _mm512_setzero_ps();
     const int ahead = ggml_prefetch_distance;
     for (int64_t i = 0; i < nb; i++) {
@@ -216,8 +220,8 @@ void dot_q3_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
         const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[i].hmask));
         __m512i u[4], scm[4];
         for (int m = 0; m < 4; m++) {
-            const __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(hm, hsh[m]), one);
-            u[m] = _mm512_or_si512(quants_2bit(x[i].qs, m, sh[m]), _mm512_slli_epi16(hb, 2));
+            const __m512i hb = m == 0 ? _mm512_sllv_epi16(hm, hsh[0]) : _mm512_srlv_epi16(hm, hsh[m]);
+            u[m] = _mm512_ternarylogic_epi32(quants_2bit(x[i].qs, m, sh[m]), hb, four, 0xF8);  // a | (b & 4)
             scm[m] = _mm512_permutexvar_epi16(idx[m], sc);
         }
         const float xd = fp16(x[i].d);
