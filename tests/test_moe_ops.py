@@ -40,11 +40,14 @@ def test_mul_mat_id(name, T, per_slot):
     assert outs[0].size == T * k * M  # ggml [M, k, T] (trailing ones dropped)
     outs = [o.reshape(T, k, M) for o in outs]
     assert outs[0].tobytes() == outs[1].tobytes()  # the thread count changes nothing
-    seen = act_as_seen(name, b.reshape(-1, K)).reshape(b.shape)
+    # each expert's group of columns is one product: converted for that many columns
+    group = np.bincount(ids.ravel(), minlength=E)
     ref = np.empty((T, k, M))
     for t in range(T):
         for s in range(k):
-            ref[t, s] = deq[ids[t, s]] @ seen[t, s if per_slot else 0]
+            e = ids[t, s]
+            col = b[t, s if per_slot else 0][None]
+            ref[t, s] = deq[e] @ act_as_seen(name, col, ncols=int(group[e]))[0]
     scale = np.max(np.abs(ref))
     tol = 1e-5 if name in ("f32", "f16", "bf16") else 2e-3  # K-quant activations: Q8_K sums in int, rounding of d
     assert np.max(np.abs(outs[0] - ref)) / scale < tol, name
@@ -75,7 +78,7 @@ def test_mul_mat_id_masked(name, T):
     mask = np.maximum(g.standard_normal((T, k, M)), 0).astype(np.float32)  # about half the rows
     outs = [_core.run_op("mul_mat_id", [a, b, ids, mask], {}, nt, None).reshape(T, k, M) for nt in (1, 3)]
     assert outs[0].tobytes() == outs[1].tobytes()
-    seen = act_as_seen(name, b.reshape(-1, K))
+    seen = act_as_seen(name, b.reshape(-1, K), ncols=1)  # the masked path: one vec_dot per element
     ref = np.stack([[np.where(mask[t, s] != 0, deq[ids[t, s]] @ seen[t], 0.0) for s in range(k)] for t in range(T)])
     tol = 1e-5 if name in ("f32", "f16", "bf16") else 2e-3
     assert np.all(outs[0][mask == 0] == 0)

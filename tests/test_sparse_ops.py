@@ -42,13 +42,22 @@ def make_weight(name, n, d, g):
     return (raw.tobytes(), t, [n, d]), deq
 
 
-def act_as_seen(name, x):
-    """Activations as the dot kernel sees them: converted to the vec_dot_type."""
-    vdt = _core.type_info(tid(name))["vec_dot_type"]
-    if vdt == tid("f32"):
+def _converted(fmt, x):
+    """x as the rows of activation format fmt stand for them (float64)."""
+    if fmt == "f32":
         return x.astype(np.float64)
+    vdt = tid("q8_0" if fmt == "q8x" else fmt)  # q8x rows hold the q8_0 values
     q = _core.quantize(vdt, x)
     return _core.dequantize(vdt, q.tobytes()).reshape(x.shape).astype(np.float64)
+
+
+def act_as_seen(name, x, ncols=None):
+    """Activations as the dot kernel sees them: converted as the CPU backend's rule
+    (_core.act_format) says for a product with ncols activation rows (default: the
+    rows of x). The dense path of the down projection dots each output with
+    vec_dot, token by token: ncols=1."""
+    ncols = x.reshape(-1, x.shape[-1]).shape[0] if ncols is None else ncols
+    return _converted(_core.act_format(tid(name), x.shape[-1], ncols, False), x)
 
 
 def index_list(n, sets):
@@ -300,7 +309,7 @@ def test_down_dense_path(wtype, T, b0, b1):
         y = run("sparse_down", [wt, h, idx, wd], {"begin": begin, "end": end, "mode": mode}).reshape(T, d)
         ref_sparse = hm @ wt64
         # the dense path sees h as the dot kernel does (quantized to vec_dot_type)
-        ref_dense = (act_as_seen(wtype, hm[:, begin:end].astype(np.float32)) @ wd64.T[begin:end] if end > begin
+        ref_dense = (act_as_seen(wtype, hm[:, begin:end].astype(np.float32), ncols=1) @ wd64.T[begin:end] if end > begin
                      else np.zeros((T, d)))
         mag_s = np.abs(hm) @ np.abs(wt64)
         mag_d = np.abs(hm[:, begin:end]) @ np.abs(wd64.T[begin:end]) if end > begin else np.zeros((T, d))
@@ -431,21 +440,16 @@ def q8xh_values(x):
     return ((df.astype(np.float64) / 128) * (128.0 * q + q2)).reshape(x.shape)
 
 
-def uses_q8xh(name, d):
-    return name in ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0") and d % 32 == 0 and \
-        _core.cpu_backend_name() != "scalar"
-
-
-def act_as_seen_high(name, x):
+def act_as_seen_high(name, x, ncols=None):
     """Activations under GGML_PREC_HIGH: the converted row plus its converted residual
     (the q8xh layout's residual where the type runs on a q8xh kernel); F16 and BF16
     weights take the f32 activations themselves."""
-    if name in ("f16", "bf16"):
-        return x.astype(np.float64)
-    if uses_q8xh(name, x.shape[-1]):
+    ncols = x.reshape(-1, x.shape[-1]).shape[0] if ncols is None else ncols
+    fmt = _core.act_format(tid(name), x.shape[-1], ncols, True)
+    if fmt == "q8xh":
         return q8xh_values(x)
-    first = act_as_seen(name, x)
-    return first + act_as_seen(name, (x.astype(np.float64) - first).astype(np.float32))
+    first = _converted(fmt, x)
+    return first if fmt == "f32" else first + _converted(fmt, (x.astype(np.float64) - first).astype(np.float32))
 
 
 @pytest.mark.parametrize("wtype", ["f16", "q4_0", "q4_1", "q5_1", "q8_0", "q4_K", "q6_K"])
@@ -610,7 +614,7 @@ def test_sparse_ffn_bundle_dense_fallback(wtype, density, prec):
     h[:, act] = ACTS["swiglu"](xs @ g64[act].T) * (xs @ u64[act].T)
     if density >= 0.5:  # dense: h converted as the dot kernel sees it (high: plus its converted residual)
         h32 = h.astype(np.float32)
-        hs = act_as_seen(wtype, h32)
+        hs = act_as_seen(wtype, h32, ncols=1)
         if prec == "high":
             hs = hs + act_as_seen(wtype, (h32.astype(np.float64) - hs).astype(np.float32))
         ref = hs @ wd64.T
@@ -723,7 +727,7 @@ def test_ranges_sparse_down(ffn_weights, wtype, T):
         if b == e:
             assert np.all(y == 0.0) and np.all(yd == 0.0)
             continue
-        ref = act_as_seen(wtype, hm[:, b:e].astype(np.float32)) @ d64[:, b:e].T
+        ref = act_as_seen(wtype, hm[:, b:e].astype(np.float32), ncols=1) @ d64[:, b:e].T
         mag = np.abs(hm[:, b:e]) @ np.abs(d64[:, b:e]).T
         assert np.all(np.abs(yd - ref) <= 3e-6 * mag + 1e-30), (wtype, b, e, nw)
 
@@ -757,7 +761,7 @@ def test_ranges_sparse_ffn_bundle(ffn_weights, wtype, T):
             if plain:  # dense: h over the range as the dot kernel sees it, against ffn_down
                 hr = np.zeros((T, e - b))
                 hr[:, use - b] = h
-                ref = act_as_seen(wtype, hr.astype(np.float32)) @ d64[:, b:e].T
+                ref = act_as_seen(wtype, hr.astype(np.float32), ncols=1) @ d64[:, b:e].T
                 mag = np.abs(hr) @ np.abs(d64[:, b:e]).T
                 assert np.all(np.abs(y - ref) <= 3e-5 * mag + 1e-30), (wtype, b, e, nw, "dense")
             else:

@@ -28,6 +28,12 @@ struct ggml_cpu_type_traits {
 // portable reference kernels.
 const struct ggml_cpu_type_traits *ggml_get_cpu_type_traits(enum ggml_type type);
 
+// What a weight product of type t converts its k x ncols activations to, with
+// GGML_PREC_HIGH (high) or not: "q8x" (the q8_0 values, in the q8x kernels'
+// layout), "q8xh" (q8_0 plus the residual on the grid d/128), or the name of
+// the type each row is converted to (with high, a row then its converted
+// residual, except "f32": the rows as they are). NULL for an unknown type.
+const char *ggml_cpu_act_format(enum ggml_type t, int64_t k, int64_t ncols, bool high);
 // Which kernel family the runtime picked for this CPU ("avx512", "avx2", "scalar").
 const char *ggml_cpu_backend_name(void);
 // Force the portable scalar kernels (for tests): 1 = scalar, 0 = best available.

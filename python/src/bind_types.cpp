@@ -160,6 +160,18 @@ void bind_types(nb::module_ &m) {
           "Dot product of n elements: weight of type_id, act of its vec_dot_type (both raw bytes).");
     m.def("cpu_backend_name", []() { return std::string(ggml_cpu_backend_name()); },
           "Kernel family in use: 'avx512', 'avx2' or 'scalar'.");
+    m.def("act_format",
+          [](int type_id, int64_t k, int64_t ncols, bool high) {
+              if (type_id < 0 || type_id >= GGML_TYPE_COUNT || !ggml_get_type_traits((ggml_type)type_id))
+                  throw nb::value_error("act_format: unknown type id");
+              const char *f = ggml_cpu_act_format((ggml_type)type_id, k, ncols, high);
+              if (!f) throw nb::value_error("act_format: no CPU kernel for this type");
+              return std::string(f);
+          },
+          nb::arg("type_id"), nb::arg("k"), nb::arg("ncols"), nb::arg("high") = false,
+          "What a weight product of this type converts its k x ncols activations to: 'q8x'\n"
+          "(the q8_0 values), 'q8xh' (q8_0 plus the residual on the grid d/128), or the\n"
+          "name of the row type (with high: a row then its converted residual; 'f32': as is).");
     m.def("force_scalar", [](bool on) { ggml_cpu_force_scalar(on ? 1 : 0); }, nb::arg("on"),
           "Use only the portable scalar kernels (True) or the best available (False).");
     m.def("type_from_name", &type_from_name, nb::arg("name"), "Type id of a name such as 'q4_K' (case-insensitive).");

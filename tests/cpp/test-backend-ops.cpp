@@ -185,7 +185,12 @@ static std::vector<op_case> make_cases() {
         for (ggml_type wt : k_weight_types) {
             const int64_t K = ggml_blck_size(wt) == 256 ? 256 : 96, M = 19;
             const std::string w = std::string(" ") + ggml_type_name(wt) + t;
-            const double tol = 1e-9;
+            // q4_K / q5_K batches on the AVX-512 families meet activations on the
+            // q8_0 grid (the q8x prompt kernels), the scalar path q8_K ones: two
+            // 8-bit quantizations of the same rows (NMSE ~2e-5 apart); one
+            // token, and every other type, the same quantization on both sides.
+            const bool regrid = (wt == GGML_TYPE_Q4_K || wt == GGML_TYPE_Q5_K) && T > 1;
+            const double tol = regrid ? 1e-4 : 1e-9;
             add("mul_mat" + w, tol, [=](inputs &in) { return ggml_mul_mat(in.ctx, in.weights(wt, K, M), in.f32(K, T)); });
             add("mul_mat prec high" + w, 1e-8, [=](inputs &in) {  // the scalar path dots a converted residual row
                 ggml_tensor *r = ggml_mul_mat(in.ctx, in.weights(wt, K, M), in.f32(K, T));
@@ -249,7 +254,7 @@ static std::vector<op_case> make_cases() {
             if (T <= GGML_SPARSE_FFN_MAX_T)
                 for (auto range : {std::pair<int64_t, int64_t>{0, n}, {32, n}})
                     add("sparse_ffn_bundle [" + std::to_string(range.first) + "," + std::to_string(range.second) + ")" + w,
-                        1e-9, [=](inputs &in) {
+                        tol, [=](inputs &in) {
                             return ggml_sparse_ffn_bundle(in.ctx, in.weights(wt, K, 3 * n), nullptr, nullptr, nullptr,
                                                           in.f32(K, T), in.index_list(n, T, 0.25), range.first, range.second,
                                                           GGML_OP_SWIGLU, false);
@@ -268,7 +273,7 @@ static std::vector<op_case> make_cases() {
                 return ggml_mul_mat_sparse_rows(in.ctx, in.weights(wt, K, 32), in.f32(K, T), in.index_list(n, T, 0.3), 0, 32);
             });
             if (T <= GGML_SPARSE_FFN_MAX_T)
-                add("sparse_ffn_bundle, compact prefix" + w, 1e-9, [=](inputs &in) {
+                add("sparse_ffn_bundle, compact prefix" + w, tol, [=](inputs &in) {
                     return ggml_sparse_ffn_bundle(in.ctx, in.weights(wt, K, 3 * 32), nullptr, nullptr, nullptr, in.f32(K, T),
                                                   in.index_list(n, T, 0.25), 0, 32, GGML_OP_REGLU, false);
                 });

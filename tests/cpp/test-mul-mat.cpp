@@ -66,11 +66,12 @@ static void q8xh_values(const float *x, float *out, int64_t k) {
     }
 }
 
-// Does this product run on a q8xh kernel? (the SIMD families, the q4/q5/q8_0 types)
-static bool uses_q8xh(ggml_type t, int64_t K) {
-    const bool family = t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1 ||
-                        t == GGML_TYPE_Q8_0;
-    return family && K % 32 == 0 && strcmp(ggml_cpu_backend_name(), "scalar") != 0;
+// Does this product run on a q8x (or, high, q8xh) kernel? The CPU backend's
+// one rule (ggml_cpu_act_format). q8x rows hold the q8_0 values (also for
+// q4_K / q5_K, whose vec_dot_type is q8_K).
+static bool uses_q8x(ggml_type t, int64_t K, int64_t N, bool high) {
+    const char *f = ggml_cpu_act_format(t, K, N, high);
+    return f && strcmp(f, high ? "q8xh" : "q8x") == 0;
 }
 
 // a [K, M, A2, A3] of type t, b [K, N, B2, B3] F32 in the given layout.
@@ -134,8 +135,14 @@ static void run_case(ggml_type t, int64_t K, int64_t M, int64_t N, int64_t A2, i
         std::vector<uint8_t> tmp(ggml_row_size(vdt, K));
         std::vector<float> res(K), deq(K);
         for (size_t r = 0; r < bl.size() / K; r++) {
-            if (high && uses_q8xh(t, K)) {
+            if (high && uses_q8x(t, K, N, true)) {
                 q8xh_values(bl.data() + r * K, bq.data() + r * K, K);
+                continue;
+            }
+            if (!high && uses_q8x(t, K, N, false)) {
+                std::vector<uint8_t> q8(ggml_row_size(GGML_TYPE_Q8_0, K));
+                ggml_get_type_traits(GGML_TYPE_Q8_0)->from_float_ref(bl.data() + r * K, q8.data(), K);
+                ggml_get_type_traits(GGML_TYPE_Q8_0)->to_float(q8.data(), bq.data() + r * K, K);
                 continue;
             }
             tv->from_float_ref(bl.data() + r * K, tmp.data(), K);

@@ -275,8 +275,13 @@ static void test_q8x(const char *family, const table &ref, const ggml_q8x_kernel
         const ggml_type_traits &C = core(t);
         int cases = 0;
         double worst = 0;
-        for (int64_t nb : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 18, 48}) {
+        // The K-quants (sub-blocks of 32 as q4_1-like blocks) meet q8x rows, which
+        // hold exactly the q8_0 values: the reference is the float64 dot of the
+        // dequantized weights and q8_0 activations, not their q8_K vec_dot.
+        const bool kq = R.vec_dot_type == GGML_TYPE_Q8_K;
+        for (int64_t nb : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 18, 48}) {
             const int64_t n = 32 * nb;
+            if (n % ggml_blck_size(t)) continue;
             for (int nc = 1; nc <= 8; nc++) {
                 const int rep = (int)(nb + nc) % 3;
                 const std::vector<float> xf = randn(n, rep == 2 ? 1e-3f : 1.0f);
@@ -292,12 +297,13 @@ static void test_q8x(const char *family, const table &ref, const ggml_q8x_kernel
                 q->dot[t](n, xq.data(), yx.data(), ys, out.data(), 2 * sizeof(float), nc);
                 const std::vector<float> xd = dequant(ref, t, xq, n);
                 for (int c = 0; c < nc; c++) {
-                    const std::vector<uint8_t> yq = quantize_ref(ref, R.vec_dot_type, yf[c]);
-                    float s_ref = 0;
-                    R.vec_dot_ref(n, &s_ref, xq.data(), yq.data());
-                    const std::vector<float> yd = dequant(ref, R.vec_dot_type, yq, n);
-                    double mag = 0;
-                    for (int64_t i = 0; i < n; i++) mag += fabs((double)xd[i] * yd[i]);
+                    const ggml_type yt = kq ? GGML_TYPE_Q8_0 : R.vec_dot_type;
+                    const std::vector<uint8_t> yq = quantize_ref(ref, yt, yf[c]);
+                    const std::vector<float> yd = dequant(ref, yt, yq, n);
+                    double mag = 0, exact = 0;
+                    for (int64_t i = 0; i < n; i++) mag += fabs((double)xd[i] * yd[i]), exact += (double)xd[i] * yd[i];
+                    float s_ref = (float)exact;
+                    if (!kq) R.vec_dot_ref(n, &s_ref, xq.data(), yq.data());
                     const double err = fabs((double)s_ref - out[2 * c]), tol = 2e-6 * mag + 1e-30;
                     if (mag > 0) worst = fmax(worst, err / mag);
                     CHECK(err <= tol, "%s q8x %s n=%lld nc=%d col %d: ref %.9g simd %.9g (|err| %.3g > tol %.3g)", family,
@@ -370,8 +376,9 @@ static void test_q8x_gemm(const char *family, const table &ref, const ggml_q8x_k
             CHECK(dot[ti] && q->unpack[ti], "%s gemm %s without its one-row kernel or unpacker", family, core(t).name);
             if (!dot[ti] || !q->unpack[ti]) continue;
             int cases = 0;
-            for (int64_t nb : {1, 3, 4, 5, 9, 18, 48}) {
+            for (int64_t nb : {1, 3, 4, 5, 9, 16, 18, 48}) {
                 const int64_t n = 32 * nb;
+                if (n % ggml_blck_size(t)) continue;
                 const size_t xs = ggml_row_size(t, n) + 40;  // a stride larger than the row
                 const size_t ys = (hi ? ggml_q8xh_row_size(n) : ggml_q8x_row_size(n)) + 64;
                 std::vector<uint8_t> x(xs * R);

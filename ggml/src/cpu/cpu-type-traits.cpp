@@ -140,6 +140,27 @@ size_t ggml_quantize_chunk(ggml_type type, const float *src, void *dst, int64_t 
 // only (they check vec_dot != vec_dot_ref).
 const ggml_q8x_kernels *ggml_cpu_q8x(void) { return tables().q8x; }
 
+ggml_q8x_pick ggml_cpu_q8x_pick(enum ggml_type t, int64_t k, int64_t ncols, bool high) {
+    ggml_q8x_pick p = {};
+    const ggml_cpu_type_traits *tr = ggml_get_cpu_type_traits(t);
+    const ggml_q8x_kernels *q = tr && tr->vec_dot != tr->vec_dot_ref ? ggml_cpu_q8x() : nullptr;
+    if (!q || k % 32 || !(ncols > 1 || q->matvec[t])) return p;
+    p.dot = high ? q->dot_hi[t] : q->dot[t];
+    if (!p.dot) return p;
+    p.unpack = ncols > 1 ? q->unpack[t] : nullptr;
+    p.gemm = p.unpack ? (high ? q->gemm_hi[t] : q->gemm[t]) : nullptr;
+    p.quantize = high ? q->quantize_hi : q->quantize;
+    p.vrow = high ? ggml_q8xh_row_size(k) : ggml_q8x_row_size(k);
+    return p;
+}
+
+extern "C" const char *ggml_cpu_act_format(enum ggml_type t, int64_t k, int64_t ncols, bool high) {
+    if (ggml_cpu_q8x_pick(t, k, ncols, high).dot) return high ? "q8xh" : "q8x";
+    const ggml_cpu_type_traits *tr = ggml_get_cpu_type_traits(t);
+    if (!tr) return nullptr;
+    return ggml_type_name(high && tr->vec_dot_f32 ? GGML_TYPE_F32 : tr->vec_dot_type);
+}
+
 ggml_vec_dot2_t ggml_cpu_dot_resid(enum ggml_type t) { return t >= 0 && t < GGML_TYPE_COUNT ? tables().dot2[t] : nullptr; }
 
 const char *ggml_cpu_kernel_variant(void) { return tables().variant; }

@@ -55,27 +55,20 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *ds
     p.dot = ggml_cpu_act_dot(ta, high);
     const int64_t K = b->ne[0];
     p.vrow = ggml_row_size(p.vdt, K);
-    // the q8x kernels only when SIMD kernels are active (not under ggml_cpu_force_scalar)
-    const ggml_q8x_kernels *q = ta->vec_dot != ta->vec_dot_ref ? ggml_cpu_q8x() : nullptr;
-    // GGML_PREC_HIGH with a q8xh kernel for the type: the residual travels in
-    // the activation layout itself (vec-dot-simd.h), one column per row.
-    const bool hi_kernel = high && q && K % 32 == 0 && q->dot_hi[a->type];
-    p.q8x_dot = q && K % 32 == 0 && (b->ne[1] > 1 || q->matvec[a->type]) ? q->dot[a->type] : nullptr;
-    p.q8x_gemm = p.q8x_dot && b->ne[1] > 1 ? q->gemm[a->type] : nullptr;
-    p.q8x_unpack = p.q8x_gemm ? q->unpack[a->type] : nullptr;
-    p.q8x_quantize = p.q8x_dot ? q->quantize : nullptr;
-    if (p.q8x_dot) p.vrow = ggml_q8x_row_size(K);
-    if (hi_kernel) {
-        p.q8x_dot = q->dot_hi[a->type];
-        p.q8x_gemm = b->ne[1] > 1 && q->unpack[a->type] ? q->gemm_hi[a->type] : nullptr;
-        p.q8x_unpack = p.q8x_gemm ? q->unpack[a->type] : nullptr;
-        p.q8x_quantize = q->quantize_hi;
-        p.vrow = ggml_q8xh_row_size(K);
-    }
+    const ggml_q8x_pick pick = ggml_cpu_q8x_pick(a->type, K, b->ne[1], high);
+    p.q8x_dot = pick.dot;
+    p.q8x_gemm = pick.gemm;
+    p.q8x_unpack = pick.unpack;
+    p.q8x_quantize = pick.quantize;
+    if (pick.dot) p.vrow = pick.vrow;
+    // GGML_PREC_HIGH with a q8xh kernel: the residual travels in the
+    // activation layout itself (vec-dot-simd.h), one column per row.
+    const bool hi_kernel = high && pick.dot;
     // F16 weights keep their F16 activation rows (exact f32 rows at high
     // precision); only the kernel is the multi-column one. Mat-vec keeps
     // vec_dot, whose four accumulators hide the fma latency that a single
     // column's one accumulator would expose.
+    const ggml_q8x_kernels *q = ta->vec_dot != ta->vec_dot_ref ? ggml_cpu_q8x() : nullptr;
     if (q && a->type == GGML_TYPE_F16 && b->ne[1] > 1) {
         p.q8x_dot = q->dot_f16;
         p.q8x_gemm = nullptr;

@@ -209,17 +209,10 @@ rows_plan make_rows_plan(const ggml_tensor *dst) {
     p.vrow = ggml_row_size(p.vdt, x->ne[0]);
     p.convert = p.vdt != GGML_TYPE_F32;
     p.high = p.convert && high;  // converted at high precision: the q8xh layout, or a residual row
-    const ggml_q8x_kernels *q = tw->vec_dot != tw->vec_dot_ref ? ggml_cpu_q8x() : nullptr;
-    const bool q8x_ok = q && x->ne[0] % 32 == 0;
-    if (p.high) {
-        p.q8x_dot = q8x_ok ? q->dot_hi[w->type] : nullptr;
-        p.q8x_quantize = p.q8x_dot ? q->quantize_hi : nullptr;
-        if (p.q8x_dot) p.vrow = ggml_q8xh_row_size(x->ne[0]);
-    } else {
-        p.q8x_dot = q8x_ok && (x->ne[1] > 1 || q->matvec[w->type]) ? q->dot[w->type] : nullptr;
-        p.q8x_quantize = p.q8x_dot ? q->quantize : nullptr;
-        if (p.q8x_dot) p.vrow = ggml_q8x_row_size(x->ne[0]);
-    }
+    const ggml_q8x_pick pick = ggml_cpu_q8x_pick(w->type, x->ne[0], x->ne[1], p.high);
+    p.q8x_dot = p.convert ? pick.dot : nullptr;
+    p.q8x_quantize = pick.quantize;
+    if (p.q8x_dot) p.vrow = pick.vrow;
     p.dot2 = p.high && !p.q8x_dot && tw->vec_dot != tw->vec_dot_ref ? ggml_cpu_dot_resid(w->type) : nullptr;
     p.xstride = p.high && !p.q8x_dot ? 2 * p.vrow : p.vrow;  // the q8xh layout carries the residual itself
     p.priv = x->ne[1] <= PRIVATE_CONVERT_MAX_T;

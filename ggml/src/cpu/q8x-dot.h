@@ -6,7 +6,10 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include "ggml-quants.h"
+#include "kquant-scales.h"
 #include "vec-dot-simd.h"
 
 // Quantizers of the q8x and q8xh activation layouts (vec-dot-avx512.cpp).
@@ -218,6 +221,102 @@ void gemm_q8xh_n(int64_t ng, const void *u, size_t us, const void *y, size_t ys,
 template <class X>
 void dot_q8xh_n(int64_t k, const void *x, const void *y, size_t ys, float *s, size_t ss, int nc) {
     dot_q8x_n<X, true>(k, x, y, ys, s, ss, nc);
+}
+
+// ---- K-quants with sub-blocks of 32 (q4_K, q5_K) in the q8x form ----
+// Sub-block j of a superblock, weight = (d sc_j) u - (dmin m_j), is a
+// q4_1-like block with scale d sc_j and minimum -dmin m_j (both exact in
+// f32): group g of a row is half g % 2 of superblock g / 2, its sub-blocks
+// 4 (g % 2) .. + 3. The 64 quant bytes of a half hold sub-block 4h + b's
+// elements 0..15 in 128-bit lane 2 (b / 2) and 16..31 in lane 2 (b / 2) + 1,
+// as low (b even) or high (b odd) nibbles; q5_K's fifth bit of element l of
+// sub-block j is bit j of qh[l].
+template <bool Q5>
+struct XK {
+    using B = typename std::conditional<Q5, block_q5_K, block_q4_K>::type;
+    static constexpr int S = -1;
+    static void group(const B *x, int64_t g, q8x_wgroup *w) {
+        const B *b = x + (g >> 1);
+        const int h = (int)(g & 1);
+        const __m512i q = _mm512_loadu_si512(b->qs + 64 * h);
+        const __m512i cnt = _mm512_setr_epi32(0, 0, 0, 0, 0x40004, 0x40004, 0x40004, 0x40004, 0, 0, 0, 0, 0x40004, 0x40004,
+                                              0x40004, 0x40004);  // words: nibble shift 0 / 4 / 0 / 4 by lane
+        const __m512i m4 = _mm512_set1_epi8(0x0F);
+        w->ua = _mm512_and_si512(_mm512_srlv_epi16(_mm512_shuffle_i64x2(q, q, 0xA0), cnt), m4);  // lanes 0 0 2 2
+        w->ub = _mm512_and_si512(_mm512_srlv_epi16(_mm512_shuffle_i64x2(q, q, 0xF5), cnt), m4);  // lanes 1 1 3 3
+        if (Q5) {
+            const __m512i bit = _mm512_sllv_epi32(_mm512_set1_epi32(0x01010101),
+                                                  _mm512_add_epi32(_mm512_set1_epi32(4 * h),
+                                                                   _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3)));
+            const uint8_t *qh = ((const block_q5_K *)(const void *)b)->qh;
+            const __m512i sixteen = _mm512_set1_epi8(16);
+            const __mmask64 ka = _mm512_test_epi8_mask(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)qh)), bit);
+            const __mmask64 kb = _mm512_test_epi8_mask(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(qh + 16))), bit);
+            w->ua = _mm512_mask_add_epi8(w->ua, ka, w->ua, sixteen);
+            w->ub = _mm512_mask_add_epi8(w->ub, kb, w->ub, sixteen);
+        }
+        // scales_q45: bytes 0..7 the sub-blocks' scales, 8..15 their mins
+        const __m512i s32 = _mm512_cvtepu8_epi32(scales_q45(b->scales));
+        const __m512i ix = _mm512_add_epi32(_mm512_set1_epi32(4 * h), _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+        w->d = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(ix, s32)), _mm512_set1_ps(_cvtsh_ss(b->d)));
+        w->m = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(_mm512_add_epi32(ix, _mm512_set1_epi32(8)), s32)),
+                             _mm512_set1_ps(-_cvtsh_ss(b->dmin)));
+    }
+};
+
+template <class X, int NC, bool H>
+void dot_q8xk(int64_t k, const void *vx, const void *vy, size_t ys, float *s, size_t ss) {
+    using B = typename X::B;
+    const B *x = (const B *)vx;
+    const int ahead = ggml_prefetch_distance;
+    auto load = [&](int, int64_t g, q8x_wgroup *w) {
+        ggml_prefetch_chunk((const char *)x + g * (int64_t)sizeof(B) / 2, (int)sizeof(B) / 2, ahead);
+        X::group(x, g, w);
+    };
+    q8x_tile<X::S, 1, NC, H, false>(k / 128, load, (const uint8_t *)vy, ys, s, ss);
+}
+template <class X, bool H = false>
+void dot_q8xk_n(int64_t k, const void *x, const void *y, size_t ys, float *s, size_t ss, int nc) {
+    switch (nc) {
+        case 1: return dot_q8xk<X, 1, H>(k, x, y, ys, s, ss);
+        case 2: return dot_q8xk<X, 2, H>(k, x, y, ys, s, ss);
+        case 3: return dot_q8xk<X, 3, H>(k, x, y, ys, s, ss);
+        case 4: return dot_q8xk<X, 4, H>(k, x, y, ys, s, ss);
+        case 5: return dot_q8xk<X, 5, H>(k, x, y, ys, s, ss);
+        case 6: return dot_q8xk<X, 6, H>(k, x, y, ys, s, ss);
+        case 7: return dot_q8xk<X, 7, H>(k, x, y, ys, s, ss);
+        default: return dot_q8xk<X, 8, H>(k, x, y, ys, s, ss);
+    }
+}
+template <class X>
+void dot_q8xkh_n(int64_t k, const void *x, const void *y, size_t ys, float *s, size_t ss, int nc) {
+    dot_q8xk_n<X, true>(k, x, y, ys, s, ss, nc);
+}
+template <class X>
+void unpack_q8xk(int64_t k, const void *vx, void *vu) {
+    q8x_wgroup *u = (q8x_wgroup *)vu;
+    for (int64_t g = 0; g < k / 128; g++) {
+        q8x_wgroup w;
+        X::group((const typename X::B *)vx, g, &w);
+        _mm512_store_si512(&u[g].ua, w.ua);
+        _mm512_store_si512(&u[g].ub, w.ub);
+        _mm512_store_ps(&u[g].d, w.d);
+        _mm512_store_ps(&u[g].m, w.m);
+    }
+}
+// q4_K and q5_K take the q8x kernels for several activation rows (prompts);
+// mat-vec keeps their q8_K kernels (matvec stays false).
+inline void q8x_add_kquants(ggml_q8x_kernels *q) {
+    q->dot[GGML_TYPE_Q4_K] = dot_q8xk_n<XK<false>>;
+    q->dot_hi[GGML_TYPE_Q4_K] = dot_q8xkh_n<XK<false>>;
+    q->unpack[GGML_TYPE_Q4_K] = unpack_q8xk<XK<false>>;
+    q->gemm[GGML_TYPE_Q4_K] = gemm_q8x_n<XK<false>>;
+    q->gemm_hi[GGML_TYPE_Q4_K] = gemm_q8xh_n<XK<false>>;
+    q->dot[GGML_TYPE_Q5_K] = dot_q8xk_n<XK<true>>;
+    q->dot_hi[GGML_TYPE_Q5_K] = dot_q8xkh_n<XK<true>>;
+    q->unpack[GGML_TYPE_Q5_K] = unpack_q8xk<XK<true>>;
+    q->gemm[GGML_TYPE_Q5_K] = gemm_q8x_n<XK<true>>;
+    q->gemm_hi[GGML_TYPE_Q5_K] = gemm_q8xh_n<XK<true>>;
 }
 
 // F16 weights x activations rounded to fp16 but stored as f32 (the rounding

@@ -141,6 +141,7 @@ ggml_q8x_kernels make_q8x_vbmi() {
     q.unpack[GGML_TYPE_Q8_0] = unpack_q8x<XV<L_q8_0>>;
     q.gemm[GGML_TYPE_Q8_0] = gemm_q8x_n<XV<L_q8_0>>;
     q.gemm_hi[GGML_TYPE_Q8_0] = gemm_q8xh_n<XV<L_q8_0>>;
+    q8x_add_kquants(&q);
     return q;
 }
 

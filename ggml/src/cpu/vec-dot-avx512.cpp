@@ -604,6 +604,7 @@ ggml_q8x_kernels make_q8x() {
     q.unpack[GGML_TYPE_Q8_0] = unpack_q8x<X_q8_0>;
     q.gemm[GGML_TYPE_Q8_0] = gemm_q8x_n<X_q8_0>;
     q.gemm_hi[GGML_TYPE_Q8_0] = gemm_q8xh_n<X_q8_0>;
+    q8x_add_kquants(&q);
     return q;
 }
 

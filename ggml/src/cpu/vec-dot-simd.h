@@ -136,3 +136,16 @@ const struct ggml_q8x_kernels *ggml_cpu_q8x_avx512vbmi(void);  // ... and AVX-51
 #endif
 // The q8x kernels dispatch picked for this CPU, or NULL (scalar).
 const struct ggml_q8x_kernels *ggml_cpu_q8x(void);
+// The q8x kernels a weight product of type t with k x ncols activations
+// takes (dot NULL: none, the type's vec_dot): the one rule of MUL_MAT and
+// the sparse row products. A kernel for the type, and several activation
+// rows or a family that streams mat-vec with it; the q8xh twins with
+// GGML_PREC_HIGH; the prompt kernels (gemm, unpack) for several rows.
+struct ggml_q8x_pick {
+    ggml_q8x_dot_t dot;
+    ggml_q8x_gemm_t gemm;
+    ggml_q8x_unpack_t unpack;
+    ggml_q8x_quantize_t quantize;
+    size_t vrow;  // bytes of one converted activation row
+};
+struct ggml_q8x_pick ggml_cpu_q8x_pick(enum ggml_type t, int64_t k, int64_t ncols, bool high);
