@@ -1,7 +1,9 @@
 // MUL_MAT on the CPU: dst[i, j, i2, i3] = dot(a row i of batch (i2/r2, i3/r3), b row j of batch (i2, i3)).
 //
-// 1. The activations b are converted once to the weight type's vec_dot_type
-//    (e.g. Q8_0 for Q4_0) into the shared scratch, rows split among threads.
+// 1. The activations b are converted once into the shared scratch, rows split
+//    among threads: to the q8x layout where the type has q8x kernels
+//    (ggml_cpu_q8x_pick: the 32-element block types, and q4_K / q5_K for
+//    several columns), else to the weight type's vec_dot_type.
 // 2. After a barrier, the output is split among threads; every element is one
 //    call of the same vec_dot kernel, so the result never depends on the
 //    thread count or the split.
@@ -11,8 +13,10 @@
 // the sum of the two dots with the same weight row, still in L1 (vec_dot).
 // Mat-vec streams each thread's contiguous range of weight rows once (the
 // hardware prefetcher sees one sequential stream per thread). Mat-mat walks
-// tiles of ROW_TILE weight rows x COL_TILE activation rows so that a tile of
-// weights stays in L1/L2 while it meets several activation columns.
+// tiles of weight rows x activation rows so that a tile of weights stays in
+// L1/L2 while it meets several activation columns; with the q8x prompt
+// kernels, a block of weight rows is unpacked once, and 4 x 4 register tiles
+// pass over L1-sized chunks of K (see QROWS, QCOLS, KCHUNK).
 #include <string.h>
 
 #include <algorithm>
@@ -193,11 +197,13 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
         // Columns go in fixed tiles of QCOLS from column 0 (a column split
         // moves whole tiles), so every element is computed the same way
         // whatever the thread count. A block of QROWS weight rows meets every
-        // column tile in turn: the tile's activations (QCOLS rows, up to
-        // ~30 KB) stay in L1 across the block's rows, and the block's weights
-        // (a few KB) stay in L1/L2 across the tiles. Within a tile, the
-        // register-tiled kernel takes GEMM_ROWS x GEMM_COLS elements a call
-        // (each computed exactly as the one-row kernel would).
+        // column tile in turn. With a prompt kernel (gemm), the block's rows
+        // whole multiples of GEMM_ROWS are unpacked once, and each column
+        // tile runs in chunks of KCHUNK groups: every GEMM_ROWS x GEMM_COLS
+        // register tile of the block passes over the chunk (weights,
+        // activations and the tiles' accumulators in L1) before the next
+        // chunk; each element is computed exactly as the one-row kernel would.
+        // The other rows (and the other kernels) take the one-row kernel.
         constexpr int64_t GR = GGML_Q8X_GEMM_ROWS, GC = GGML_Q8X_GEMM_COLS;
         static_assert(QROWS % GR == 0 && QCOLS % GC == 0, "tiles of whole register tiles");
         const ggml_q8x_gemm_t gemm = dst->nb[0] == sizeof(float) ? p.q8x_gemm : nullptr;
