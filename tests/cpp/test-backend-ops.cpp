@@ -185,11 +185,12 @@ static std::vector<op_case> make_cases() {
         for (ggml_type wt : k_weight_types) {
             const int64_t K = ggml_blck_size(wt) == 256 ? 256 : 96, M = 19;
             const std::string w = std::string(" ") + ggml_type_name(wt) + t;
-            // q4_K / q5_K batches on the AVX-512 families meet activations on the
-            // q8_0 grid (the q8x prompt kernels), the scalar path q8_K ones: two
+            // K-quant batches on the q8x prompt kernels (ggml_cpu_act_format)
+            // meet activations on the q8_0 grid, the scalar path q8_K ones: two
             // 8-bit quantizations of the same rows (NMSE ~2e-5 apart); one
             // token, and every other type, the same quantization on both sides.
-            const bool regrid = (wt == GGML_TYPE_Q4_K || wt == GGML_TYPE_Q5_K) && T > 1;
+            const char *fmt = ggml_cpu_act_format(wt, K, T, false);
+            const bool regrid = fmt && strcmp(fmt, "q8x") == 0 && ggml_get_cpu_type_traits(wt)->vec_dot_type == GGML_TYPE_Q8_K;
             const double tol = regrid ? 1e-4 : 1e-9;
             add("mul_mat" + w, tol, [=](inputs &in) { return ggml_mul_mat(in.ctx, in.weights(wt, K, M), in.f32(K, T)); });
             add("mul_mat prec high" + w, 1e-8, [=](inputs &in) {  // the scalar path dots a converted residual row

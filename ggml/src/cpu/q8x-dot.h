@@ -66,10 +66,14 @@ static_assert(sizeof(q8x_wgroup) == 256, "ggml_q8x_unpacked_size: 256 bytes a gr
 // H: activations in the q8xh layout: per column the integer dot of the
 // weights with 128 q + q2 (shift, two more vpdpbusd) in place of q; its sum
 // fits the exact float range only for |u + o| <= 31 (not q8_0: a conversion).
+// SPLIT (q6_K: sub-blocks of 16): a block's low and high halves have their
+// own scales (d and m of the group): two sums, each started at its half's
+// offset (the low half's q sum from one more vpdpbusd per column, the high
+// half's the rest of ns), two fmsubs and two fmas.
 // The accumulators can also continue from and be left in memory (acc: NR x
 // NC vectors of 16 floats, 64-byte aligned; GGML_Q8X_ACC_* in flags), so a
 // row can be run in chunks of groups with the same arithmetic.
-template <int S, int NR, int NC, bool H, bool WIDE, class Load>
+template <int S, int NR, int NC, bool H, bool WIDE, bool SPLIT, class Load>
 __attribute__((always_inline)) inline void q8x_tile(int64_t ng, Load &&load, const uint8_t *y0, size_t ys, float *s, size_t ss,
                                                     float *accv = nullptr, int flags = GGML_Q8X_ACC_FIRST | GGML_Q8X_ACC_LAST) {
     constexpr size_t GROUP = H ? GGML_Q8XH_GROUP : GGML_Q8X_GROUP;
@@ -97,8 +101,32 @@ __attribute__((always_inline)) inline void q8x_tile(int64_t ng, Load &&load, con
             const __m512 dm = _mm512_mul_ps(dy, _mm512_set1_ps(FM));
             const __m512i init = H ? magic : _mm512_add_epi32(ns, magic);
             const __m512i hinit = _mm512_add_epi32(ns, magic);
+            __m512i inita = magic, initb = magic;  // SPLIT: the halves' offsets (ns << S split as -(sa << S) + the rest)
+            if (SPLIT) {
+                const __m512i ones = _mm512_set1_epi8(1);
+                __m512i sa = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, qa);
+                if (H) sa = _mm512_add_epi32(_mm512_slli_epi32(sa, 7), _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(yc + 128)));
+                sa = _mm512_slli_epi32(sa, OFF ? S : 0);
+                inita = _mm512_sub_epi32(magic, sa);
+                initb = _mm512_add_epi32(hinit, sa);
+            }
 #pragma GCC unroll 4
             for (int r = 0; r < NR; r++) {
+                if (SPLIT) {
+                    __m512i pa, pb;
+                    if (!H) {
+                        pa = _mm512_dpbusd_epi32(inita, w[r].ua, qa);
+                        pb = _mm512_dpbusd_epi32(initb, w[r].ub, qb);
+                    } else {
+                        pa = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r].ua, qa), 7);
+                        pb = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r].ub, qb), 7);
+                        pa = _mm512_add_epi32(_mm512_dpbusd_epi32(pa, w[r].ua, _mm512_loadu_si512(yc + 128)), inita);
+                        pb = _mm512_add_epi32(_mm512_dpbusd_epi32(pb, w[r].ub, _mm512_loadu_si512(yc + 192)), initb);
+                    }
+                    acc[r][c] = _mm512_fmadd_ps(_mm512_fmsub_ps(_mm512_castsi512_ps(pa), dy, dm), w[r].d, acc[r][c]);
+                    acc[r][c] = _mm512_fmadd_ps(_mm512_fmsub_ps(_mm512_castsi512_ps(pb), dy, dm), w[r].m, acc[r][c]);
+                    continue;
+                }
                 __m512i p;
                 if (!H) {
                     p = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, w[r].ua, qa), w[r].ub, qb);
@@ -124,6 +152,12 @@ __attribute__((always_inline)) inline void q8x_tile(int64_t ng, Load &&load, con
         }
 }
 
+// Whether a loader's blocks have halves with their own scales (X::SPLIT).
+template <class X>
+constexpr auto split_of(int) -> decltype(X::SPLIT, bool()) { return X::SPLIT; }
+template <class X>
+constexpr bool split_of(long) { return false; }
+
 // Whether a loader's weights reach |u + o| > 31 (q8_0).
 template <class X>
 constexpr bool wide_quants() { return X::S >= 7; }
@@ -147,7 +181,7 @@ void dot_q8x(int64_t k, const void *vx, const void *vy, size_t ys, float *s, siz
         ggml_prefetch_chunk(x + 4 * g, 4 * (int)sizeof(B), ahead);
         load_group<X>(x + 4 * g, tail, nb - 4 * g, &w->ua, &w->ub, &w->d, &w->m, 0);
     };
-    q8x_tile<X::S, 1, NC, H, wide_quants<X>()>(ng, load, (const uint8_t *)vy, ys, s, ss);
+    q8x_tile<X::S, 1, NC, H, wide_quants<X>(), false>(ng, load, (const uint8_t *)vy, ys, s, ss);
 }
 
 // One weight row against nc (1..8) activation rows.
@@ -200,9 +234,10 @@ void gemm_q8xu(int64_t ng, const void *vu, size_t us, const void *vy, size_t ys,
         w->ua = _mm512_load_si512(&u->ua);
         w->ub = _mm512_load_si512(&u->ub);
         w->d = _mm512_load_ps(&u->d);
-        if (X::S < 0) w->m = _mm512_load_ps(&u->m);
+        if (X::S < 0 || split_of<X>(0)) w->m = _mm512_load_ps(&u->m);
     };
-    q8x_tile<X::S, GGML_Q8X_GEMM_ROWS, NC, H, wide_quants<X>()>(ng, load, (const uint8_t *)vy, ys, s, ss, acc, flags);
+    q8x_tile<X::S, GGML_Q8X_GEMM_ROWS, NC, H, wide_quants<X>(), split_of<X>(0)>(ng, load, (const uint8_t *)vy, ys, s, ss, acc,
+                                                                                  flags);
 }
 template <class X, bool H = false>
 void gemm_q8x_n(int64_t ng, const void *u, size_t us, const void *y, size_t ys, float *acc, float *s, size_t ss, int nc, int flags) {
@@ -264,6 +299,73 @@ struct XK {
     }
 };
 
+// q6_K: group g is half g % 2 of superblock g / 2; its block b's element l
+// has the low nibble (b / 2 ? high : low) of ql[64 h + 32 (b % 2) + l] and the
+// two high bits (qh[32 h + l] >> 2 b) & 3, so u = 0..63 and weight = d sc (u - 32)
+// with sc the int8 scale of the block's half (elements 0..15: scales[8 h + 2 b],
+// 16..31: the next one): SPLIT, d the low halves' scales, m the high halves'.
+struct XK6 {
+    using B = block_q6_K;
+    static constexpr int S = 5;
+    static constexpr bool SPLIT = true;
+    static void group(const B *x, int64_t g, q8x_wgroup *w) {
+        const B *b = x + (g >> 1);
+        const int h = (int)(g & 1);
+        const __m512i ql = _mm512_loadu_si512(b->ql + 64 * h);
+        const __m512i cnt = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0x40004, 0x40004, 0x40004, 0x40004, 0x40004, 0x40004, 0x40004,
+                                              0x40004);  // words: nibble shift 0 / 0 / 4 / 4 by lane
+        const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
+        // the high bits, shifted to 0..1 by 2b per lane (a word shift of at most 6 keeps each byte's bits 0..1 its own)
+        const __m512i hcnt = _mm512_setr_epi32(0, 0, 0, 0, 0x20002, 0x20002, 0x20002, 0x20002, 0x40004, 0x40004, 0x40004, 0x40004,
+                                               0x60006, 0x60006, 0x60006, 0x60006);
+        const uint8_t *qh = b->qh + 32 * h;
+        const __m512i ha = _mm512_and_si512(_mm512_srlv_epi16(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)qh)), hcnt), m3);
+        const __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(qh + 16))), hcnt), m3);
+        const __m512i la = _mm512_and_si512(_mm512_srlv_epi16(_mm512_shuffle_i64x2(ql, ql, 0x88), cnt), m4);  // lanes 0 2 0 2
+        const __m512i lb = _mm512_and_si512(_mm512_srlv_epi16(_mm512_shuffle_i64x2(ql, ql, 0xDD), cnt), m4);  // lanes 1 3 1 3
+        w->ua = _mm512_or_si512(la, _mm512_slli_epi16(ha, 4));
+        w->ub = _mm512_or_si512(lb, _mm512_slli_epi16(hb, 4));
+        const __m512i s32 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b->scales));
+        const __m512i ix = _mm512_add_epi32(_mm512_set1_epi32(8 * h), _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6));
+        const __m512 d = _mm512_set1_ps(_cvtsh_ss(b->d));
+        w->d = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(ix, s32)), d);
+        w->m = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(_mm512_add_epi32(ix, _mm512_set1_epi32(1)), s32)), d);
+    }
+};
+
+// q3_K: group g is half h = g % 2 of superblock g / 2; its block b's element
+// l has the two low bits (qs[32 h + l] >> 2 b) & 3 and the third bit, worth 4,
+// bit 4 h + b of hmask[l]: u = 0..7, weight = d sc (u - 4) with sc the 6-bit
+// scale (minus 32) of the block's half (16 elements): SPLIT as q6_K.
+struct XK3 {
+    using B = block_q3_K;
+    static constexpr int S = 2;
+    static constexpr bool SPLIT = true;
+    static void group(const B *x, int64_t g, q8x_wgroup *w) {
+        const B *b = x + (g >> 1);
+        const int h = (int)(g & 1);
+        const __m512i cnt = _mm512_setr_epi32(0, 0, 0, 0, 0x20002, 0x20002, 0x20002, 0x20002, 0x40004, 0x40004, 0x40004, 0x40004,
+                                              0x60006, 0x60006, 0x60006, 0x60006);  // words: 2b by lane b
+        const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+        const __m512i bit = _mm512_sllv_epi32(_mm512_set1_epi32(0x01010101),
+                                              _mm512_add_epi32(_mm512_set1_epi32(4 * h),
+                                                               _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3)));
+        const uint8_t *qs = b->qs + 32 * h;
+        auto half = [&](int o) {  // elements o .. o + 15 of the four blocks
+            const __m512i lo = _mm512_and_si512(_mm512_srlv_epi16(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(qs + o))), cnt), m3);
+            const __mmask64 k = _mm512_test_epi8_mask(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(b->hmask + o))), bit);
+            return _mm512_mask_add_epi8(lo, k, lo, four);
+        };
+        w->ua = half(0);
+        w->ub = half(16);
+        const __m512i s32 = _mm512_cvtepi16_epi32(q3k_scales16(b->scales));
+        const __m512i ix = _mm512_add_epi32(_mm512_set1_epi32(8 * h), _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6));
+        const __m512 d = _mm512_set1_ps(_cvtsh_ss(b->d));
+        w->d = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(ix, s32)), d);
+        w->m = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(_mm512_add_epi32(ix, _mm512_set1_epi32(1)), s32)), d);
+    }
+};
+
 template <class X, int NC, bool H>
 void dot_q8xk(int64_t k, const void *vx, const void *vy, size_t ys, float *s, size_t ss) {
     using B = typename X::B;
@@ -273,7 +375,7 @@ void dot_q8xk(int64_t k, const void *vx, const void *vy, size_t ys, float *s, si
         ggml_prefetch_chunk((const char *)x + g * (int64_t)sizeof(B) / 2, (int)sizeof(B) / 2, ahead);
         X::group(x, g, w);
     };
-    q8x_tile<X::S, 1, NC, H, false>(k / 128, load, (const uint8_t *)vy, ys, s, ss);
+    q8x_tile<X::S, 1, NC, H, false, split_of<X>(0)>(k / 128, load, (const uint8_t *)vy, ys, s, ss);
 }
 template <class X, bool H = false>
 void dot_q8xk_n(int64_t k, const void *x, const void *y, size_t ys, float *s, size_t ss, int nc) {
@@ -304,8 +406,8 @@ void unpack_q8xk(int64_t k, const void *vx, void *vu) {
         _mm512_store_ps(&u[g].m, w.m);
     }
 }
-// q4_K and q5_K take the q8x kernels for several activation rows (prompts);
-// mat-vec keeps their q8_K kernels (matvec stays false).
+// q3_K, q4_K, q5_K and q6_K take the q8x kernels for several activation rows
+// (prompts); mat-vec keeps their q8_K kernels (matvec stays false).
 inline void q8x_add_kquants(ggml_q8x_kernels *q) {
     q->dot[GGML_TYPE_Q4_K] = dot_q8xk_n<XK<false>>;
     q->dot_hi[GGML_TYPE_Q4_K] = dot_q8xkh_n<XK<false>>;
@@ -317,6 +419,16 @@ inline void q8x_add_kquants(ggml_q8x_kernels *q) {
     q->unpack[GGML_TYPE_Q5_K] = unpack_q8xk<XK<true>>;
     q->gemm[GGML_TYPE_Q5_K] = gemm_q8x_n<XK<true>>;
     q->gemm_hi[GGML_TYPE_Q5_K] = gemm_q8xh_n<XK<true>>;
+    q->dot[GGML_TYPE_Q3_K] = dot_q8xk_n<XK3>;
+    q->dot_hi[GGML_TYPE_Q3_K] = dot_q8xkh_n<XK3>;
+    q->unpack[GGML_TYPE_Q3_K] = unpack_q8xk<XK3>;
+    q->gemm[GGML_TYPE_Q3_K] = gemm_q8x_n<XK3>;
+    q->gemm_hi[GGML_TYPE_Q3_K] = gemm_q8xh_n<XK3>;
+    q->dot[GGML_TYPE_Q6_K] = dot_q8xk_n<XK6>;
+    q->dot_hi[GGML_TYPE_Q6_K] = dot_q8xkh_n<XK6>;
+    q->unpack[GGML_TYPE_Q6_K] = unpack_q8xk<XK6>;
+    q->gemm[GGML_TYPE_Q6_K] = gemm_q8x_n<XK6>;
+    q->gemm_hi[GGML_TYPE_Q6_K] = gemm_q8xh_n<XK6>;
 }
 
 // F16 weights x activations rounded to fp16 but stored as f32 (the rounding
