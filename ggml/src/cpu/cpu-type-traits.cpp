@@ -144,10 +144,10 @@ ggml_q8x_pick ggml_cpu_q8x_pick(enum ggml_type t, int64_t k, int64_t ncols, bool
     ggml_q8x_pick p = {};
     const ggml_cpu_type_traits *tr = ggml_get_cpu_type_traits(t);
     const ggml_q8x_kernels *q = tr && tr->vec_dot != tr->vec_dot_ref ? ggml_cpu_q8x() : nullptr;
-    if (!q || k % 32 || !(ncols > 1 || q->matvec[t])) return p;
+    if (!q || k % 32 || ncols < (q->min_cols[t] ? q->min_cols[t] : 2)) return p;
     p.dot = high ? q->dot_hi[t] : q->dot[t];
     if (!p.dot) return p;
-    p.unpack = ncols > 1 ? q->unpack[t] : nullptr;
+    p.unpack = ncols >= GGML_Q8X_GEMM_MIN_COLS ? q->unpack[t] : nullptr;
     p.gemm = p.unpack ? (high ? q->gemm_hi[t] : q->gemm[t]) : nullptr;
     p.quantize = high ? q->quantize_hi : q->quantize;
     p.vrow = high ? ggml_q8xh_row_size(k) : ggml_q8x_row_size(k);

@@ -213,9 +213,11 @@ void unpack_q8x(int64_t k, const void *vx, void *vu) {
         memcpy(tail, x + 4 * nfull, sizeof(B) * (size_t)(nb - 4 * nfull));
     }
     q8x_wgroup *u = (q8x_wgroup *)vu;
+    const int ahead = ggml_prefetch_distance;
     for (int64_t g = 0; g < ng; g++) {
         q8x_wgroup w;
         w.m = _mm512_setzero_ps();
+        ggml_prefetch_chunk(x + 4 * g, 4 * (int)sizeof(B), ahead);
         load_group<X>(x + 4 * g, tail, nb - 4 * g, &w.ua, &w.ub, &w.d, &w.m, 0);
         _mm512_store_si512(&u[g].ua, w.ua);
         _mm512_store_si512(&u[g].ub, w.ub);
@@ -397,18 +399,22 @@ void dot_q8xkh_n(int64_t k, const void *x, const void *y, size_t ys, float *s, s
 template <class X>
 void unpack_q8xk(int64_t k, const void *vx, void *vu) {
     q8x_wgroup *u = (q8x_wgroup *)vu;
+    const int ahead = ggml_prefetch_distance;
+    using B = typename X::B;
     for (int64_t g = 0; g < k / 128; g++) {
         q8x_wgroup w;
-        X::group((const typename X::B *)vx, g, &w);
+        ggml_prefetch_chunk((const char *)vx + g * (int64_t)sizeof(B) / 2, (int)sizeof(B) / 2, ahead);
+        X::group((const B *)vx, g, &w);
         _mm512_store_si512(&u[g].ua, w.ua);
         _mm512_store_si512(&u[g].ub, w.ub);
         _mm512_store_ps(&u[g].d, w.d);
         _mm512_store_ps(&u[g].m, w.m);
     }
 }
-// q3_K, q4_K, q5_K and q6_K take the q8x kernels for several activation rows
-// (prompts); mat-vec keeps their q8_K kernels (matvec stays false).
+// q3_K, q4_K, q5_K and q6_K take the q8x kernels for prompt batches; mat-vec
+// and a few columns keep their q8_K kernels (min_cols).
 inline void q8x_add_kquants(ggml_q8x_kernels *q) {
+    for (ggml_type t : {GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K}) q->min_cols[t] = GGML_Q8X_GEMM_MIN_COLS;
     q->dot[GGML_TYPE_Q4_K] = dot_q8xk_n<XK<false>>;
     q->dot_hi[GGML_TYPE_Q4_K] = dot_q8xkh_n<XK<false>>;
     q->unpack[GGML_TYPE_Q4_K] = unpack_q8xk<XK<false>>;

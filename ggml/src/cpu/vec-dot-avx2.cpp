@@ -820,7 +820,7 @@ ggml_q8x_kernels make_q8x_avx2() {
     q.dot_hi[GGML_TYPE_Q8_0] = dot_q8x_avx2_n<X2_q8_0, true>;
     // mat-vec too: in cache, one column, faster than this family's vec_dot
     // for every type (Xeon VM: q4_0 14 vs 8, q8_0 25 vs 20 GB/s)
-    for (ggml_type t : {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0}) q.matvec[t] = true;
+    for (ggml_type t : {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0}) q.min_cols[t] = 1;
     return q;
 }
 

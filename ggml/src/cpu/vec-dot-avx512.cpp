@@ -575,7 +575,7 @@ ggml_q8x_kernels make_q8x() {
     ggml_q8x_kernels q;
     memset(&q, 0, sizeof(q));
     q.quantize = ggml_q8x_quantize_avx512;
-    for (ggml_type t : {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0}) q.matvec[t] = true;
+    for (ggml_type t : {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0}) q.min_cols[t] = 1;
     q.dot_f16 = dot_f16_rows_n;
     q.f16r_convert = ggml_f16r_convert_avx512;
     q.dot[GGML_TYPE_Q4_0] = dot_q8x_n<X_q4_0>;

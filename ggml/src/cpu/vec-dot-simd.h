@@ -104,6 +104,9 @@ typedef void (*ggml_q8x_dot_t)(int64_t k, const void *x, const void *y, size_t y
 // is computed exactly as ggml_q8x_dot_t computes it on the packed row.
 #define GGML_Q8X_GEMM_ROWS 4
 #define GGML_Q8X_GEMM_COLS 4
+// Below this many activation rows the unpacking does not pay (2-4 streamed
+// columns run faster on dot: Xeon VM, 2026-12-01); from it on, gemm.
+#define GGML_Q8X_GEMM_MIN_COLS 8
 #define GGML_Q8X_ACC_FIRST 1
 #define GGML_Q8X_ACC_LAST 2
 typedef void (*ggml_q8x_unpack_t)(int64_t k, const void *x, void *u);
@@ -115,10 +118,12 @@ struct ggml_q8x_kernels {
     ggml_q8x_dot_t dot[GGML_TYPE_COUNT];  // NULL: type not covered
     ggml_q8x_unpack_t unpack[GGML_TYPE_COUNT];  // NULL: prompts use dot
     ggml_q8x_gemm_t gemm[GGML_TYPE_COUNT];
-    // Also use dot for mat-vec (one activation row)? Set for every type the
-    // family covers since the nibble-order layout (in-cache one-column speed
-    // above the family's vec_dot on the Xeon VM, 2026-12-01).
-    bool matvec[GGML_TYPE_COUNT];
+    // The fewest activation rows for which a product takes dot (0: as 2):
+    // 1 for the 32-element block types, whose one-column q8x speed is above
+    // the family's vec_dot since the nibble-order layout (Xeon VM,
+    // 2026-12-01); GGML_Q8X_GEMM_MIN_COLS for the K-quants, whose q8_K
+    // kernels win on fewer columns.
+    int min_cols[GGML_TYPE_COUNT];
     // The same multi-column interface for F16 weights (e.g. attention over
     // the KV cache) x activations rounded to fp16 (exactly what F16
     // activations hold) but stored as f32 rows by f16r_convert.
@@ -139,8 +144,8 @@ const struct ggml_q8x_kernels *ggml_cpu_q8x(void);
 // The q8x kernels a weight product of type t with k x ncols activations
 // takes (dot NULL: none, the type's vec_dot): the one rule of MUL_MAT and
 // the sparse row products. A kernel for the type, and several activation
-// rows or a family that streams mat-vec with it; the q8xh twins with
-// GGML_PREC_HIGH; the prompt kernels (gemm, unpack) for several rows.
+// rows (min_cols) ; the q8xh twins with GGML_PREC_HIGH; the prompt kernels
+// (gemm, unpack) from GGML_Q8X_GEMM_MIN_COLS rows on.
 struct ggml_q8x_pick {
     ggml_q8x_dot_t dot;
     ggml_q8x_gemm_t gemm;
