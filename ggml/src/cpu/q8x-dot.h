@@ -162,26 +162,51 @@ constexpr bool split_of(long) { return false; }
 template <class X>
 constexpr bool wide_quants() { return X::S >= 7; }
 
-// One weight row in its block format against NC activation rows.
+// Loaders of K-quant superblocks (X::group(x, g, w): group g of a row) or of
+// groups of four 32-element blocks (X::load, through load_group).
+template <class X>
+constexpr auto superblock_loader(int) -> decltype(&X::group, bool()) { return true; }
+template <class X>
+constexpr bool superblock_loader(long) { return false; }
+
+// Reads a weight row group by group for the one-row kernel and the
+// unpacking, prefetching ahead of it (ggml_prefetch_distance). A row's last
+// partial group of 32-element blocks reads zero blocks (d = m = 0): loaders
+// with masked loads (partial_loads) read them as zeros in place, the others
+// from a zero-padded copy.
+template <class X>
+struct row_reader {
+    using B = typename X::B;
+    static constexpr bool SB = superblock_loader<X>(0);
+    const B *x;
+    int64_t nb, ng;  // 32-element blocks (superblocks for SB), groups
+    int ahead = ggml_prefetch_distance;
+    B tail[SB ? 1 : 4];
+    row_reader(const void *vx, int64_t k) : x((const B *)vx) {
+        nb = SB ? k / 256 : k / 32;
+        ng = SB ? 2 * nb : (nb + 3) / 4;
+        if (!SB && !has_partial_loads<X>(0) && nb % 4) {
+            memset(tail, 0, sizeof(tail));
+            memcpy(tail, x + nb / 4 * 4, sizeof(B) * (size_t)(nb % 4));
+        }
+    }
+    void operator()(int64_t g, q8x_wgroup *w) const {
+        if constexpr (SB) {
+            ggml_prefetch_chunk((const char *)x + g * (int64_t)sizeof(B) / 2, (int)sizeof(B) / 2, ahead);
+            X::group(x, g, w);
+        } else {
+            ggml_prefetch_chunk(x + 4 * g, 4 * (int)sizeof(B), ahead);
+            load_group<X>(x + 4 * g, tail, nb - 4 * g, &w->ua, &w->ub, &w->d, &w->m, 0);
+        }
+    }
+};
+
+// One weight row in its own format against NC activation rows.
 template <class X, int NC, bool H>
 void dot_q8x(int64_t k, const void *vx, const void *vy, size_t ys, float *s, size_t ss) {
-    using B = typename X::B;
-    const B *x = (const B *)vx;
-    const int64_t nb = k / 32, ng = (nb + 3) / 4;
-    // A last partial group reads zero blocks (d = m = 0): loaders with masked
-    // loads (partial_loads) read them as zeros in place, the others from a copy.
-    const int64_t nfull = nb / 4;
-    B tail[4];
-    if (!has_partial_loads<X>(0) && nfull < ng) {
-        memset(tail, 0, sizeof(tail));
-        memcpy(tail, x + 4 * nfull, sizeof(B) * (size_t)(nb - 4 * nfull));
-    }
-    const int ahead = ggml_prefetch_distance;
-    auto load = [&](int, int64_t g, q8x_wgroup *w) {
-        ggml_prefetch_chunk(x + 4 * g, 4 * (int)sizeof(B), ahead);
-        load_group<X>(x + 4 * g, tail, nb - 4 * g, &w->ua, &w->ub, &w->d, &w->m, 0);
-    };
-    q8x_tile<X::S, 1, NC, H, wide_quants<X>(), false>(ng, load, (const uint8_t *)vy, ys, s, ss);
+    const row_reader<X> row(vx, k);
+    auto load = [&](int, int64_t g, q8x_wgroup *w) { row(g, w); };
+    q8x_tile<X::S, 1, NC, H, wide_quants<X>(), split_of<X>(0)>(row.ng, load, (const uint8_t *)vy, ys, s, ss);
 }
 
 // One weight row against nc (1..8) activation rows.
@@ -204,21 +229,12 @@ void dot_q8x_n(int64_t k, const void *x, const void *y, size_t ys, float *s, siz
 // unpacking is then paid once per row block and prompt, not once per tile.
 template <class X>
 void unpack_q8x(int64_t k, const void *vx, void *vu) {
-    using B = typename X::B;
-    const B *x = (const B *)vx;
-    const int64_t nb = k / 32, ng = (nb + 3) / 4, nfull = nb / 4;
-    B tail[4];
-    if (!has_partial_loads<X>(0) && nfull < ng) {
-        memset(tail, 0, sizeof(tail));
-        memcpy(tail, x + 4 * nfull, sizeof(B) * (size_t)(nb - 4 * nfull));
-    }
+    const row_reader<X> row(vx, k);
     q8x_wgroup *u = (q8x_wgroup *)vu;
-    const int ahead = ggml_prefetch_distance;
-    for (int64_t g = 0; g < ng; g++) {
+    for (int64_t g = 0; g < row.ng; g++) {
         q8x_wgroup w;
         w.m = _mm512_setzero_ps();
-        ggml_prefetch_chunk(x + 4 * g, 4 * (int)sizeof(B), ahead);
-        load_group<X>(x + 4 * g, tail, nb - 4 * g, &w.ua, &w.ub, &w.d, &w.m, 0);
+        row(g, &w);
         _mm512_store_si512(&u[g].ua, w.ua);
         _mm512_store_si512(&u[g].ub, w.ub);
         _mm512_store_ps(&u[g].d, w.d);
@@ -368,71 +384,28 @@ struct XK3 {
     }
 };
 
-template <class X, int NC, bool H>
-void dot_q8xk(int64_t k, const void *vx, const void *vy, size_t ys, float *s, size_t ss) {
-    using B = typename X::B;
-    const B *x = (const B *)vx;
-    const int ahead = ggml_prefetch_distance;
-    auto load = [&](int, int64_t g, q8x_wgroup *w) {
-        ggml_prefetch_chunk((const char *)x + g * (int64_t)sizeof(B) / 2, (int)sizeof(B) / 2, ahead);
-        X::group(x, g, w);
-    };
-    q8x_tile<X::S, 1, NC, H, false, split_of<X>(0)>(k / 128, load, (const uint8_t *)vy, ys, s, ss);
-}
-template <class X, bool H = false>
-void dot_q8xk_n(int64_t k, const void *x, const void *y, size_t ys, float *s, size_t ss, int nc) {
-    switch (nc) {
-        case 1: return dot_q8xk<X, 1, H>(k, x, y, ys, s, ss);
-        case 2: return dot_q8xk<X, 2, H>(k, x, y, ys, s, ss);
-        case 3: return dot_q8xk<X, 3, H>(k, x, y, ys, s, ss);
-        case 4: return dot_q8xk<X, 4, H>(k, x, y, ys, s, ss);
-        case 5: return dot_q8xk<X, 5, H>(k, x, y, ys, s, ss);
-        case 6: return dot_q8xk<X, 6, H>(k, x, y, ys, s, ss);
-        case 7: return dot_q8xk<X, 7, H>(k, x, y, ys, s, ss);
-        default: return dot_q8xk<X, 8, H>(k, x, y, ys, s, ss);
-    }
-}
-template <class X>
-void dot_q8xkh_n(int64_t k, const void *x, const void *y, size_t ys, float *s, size_t ss, int nc) {
-    dot_q8xk_n<X, true>(k, x, y, ys, s, ss, nc);
-}
-template <class X>
-void unpack_q8xk(int64_t k, const void *vx, void *vu) {
-    q8x_wgroup *u = (q8x_wgroup *)vu;
-    const int ahead = ggml_prefetch_distance;
-    using B = typename X::B;
-    for (int64_t g = 0; g < k / 128; g++) {
-        q8x_wgroup w;
-        ggml_prefetch_chunk((const char *)vx + g * (int64_t)sizeof(B) / 2, (int)sizeof(B) / 2, ahead);
-        X::group((const B *)vx, g, &w);
-        _mm512_store_si512(&u[g].ua, w.ua);
-        _mm512_store_si512(&u[g].ub, w.ub);
-        _mm512_store_ps(&u[g].d, w.d);
-        _mm512_store_ps(&u[g].m, w.m);
-    }
-}
 // q3_K, q4_K, q5_K and q6_K take the q8x kernels for prompt batches; mat-vec
 // and a few columns keep their q8_K kernels (min_cols).
 inline void q8x_add_kquants(ggml_q8x_kernels *q) {
     for (ggml_type t : {GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K}) q->min_cols[t] = GGML_Q8X_GEMM_MIN_COLS;
-    q->dot[GGML_TYPE_Q4_K] = dot_q8xk_n<XK<false>>;
-    q->dot_hi[GGML_TYPE_Q4_K] = dot_q8xkh_n<XK<false>>;
-    q->unpack[GGML_TYPE_Q4_K] = unpack_q8xk<XK<false>>;
+    q->dot[GGML_TYPE_Q4_K] = dot_q8x_n<XK<false>>;
+    q->dot_hi[GGML_TYPE_Q4_K] = dot_q8xh_n<XK<false>>;
+    q->unpack[GGML_TYPE_Q4_K] = unpack_q8x<XK<false>>;
     q->gemm[GGML_TYPE_Q4_K] = gemm_q8x_n<XK<false>>;
     q->gemm_hi[GGML_TYPE_Q4_K] = gemm_q8xh_n<XK<false>>;
-    q->dot[GGML_TYPE_Q5_K] = dot_q8xk_n<XK<true>>;
-    q->dot_hi[GGML_TYPE_Q5_K] = dot_q8xkh_n<XK<true>>;
-    q->unpack[GGML_TYPE_Q5_K] = unpack_q8xk<XK<true>>;
+    q->dot[GGML_TYPE_Q5_K] = dot_q8x_n<XK<true>>;
+    q->dot_hi[GGML_TYPE_Q5_K] = dot_q8xh_n<XK<true>>;
+    q->unpack[GGML_TYPE_Q5_K] = unpack_q8x<XK<true>>;
     q->gemm[GGML_TYPE_Q5_K] = gemm_q8x_n<XK<true>>;
     q->gemm_hi[GGML_TYPE_Q5_K] = gemm_q8xh_n<XK<true>>;
-    q->dot[GGML_TYPE_Q3_K] = dot_q8xk_n<XK3>;
-    q->dot_hi[GGML_TYPE_Q3_K] = dot_q8xkh_n<XK3>;
-    q->unpack[GGML_TYPE_Q3_K] = unpack_q8xk<XK3>;
+    q->dot[GGML_TYPE_Q3_K] = dot_q8x_n<XK3>;
+    q->dot_hi[GGML_TYPE_Q3_K] = dot_q8xh_n<XK3>;
+    q->unpack[GGML_TYPE_Q3_K] = unpack_q8x<XK3>;
     q->gemm[GGML_TYPE_Q3_K] = gemm_q8x_n<XK3>;
     q->gemm_hi[GGML_TYPE_Q3_K] = gemm_q8xh_n<XK3>;
-    q->dot[GGML_TYPE_Q6_K] = dot_q8xk_n<XK6>;
-    q->dot_hi[GGML_TYPE_Q6_K] = dot_q8xkh_n<XK6>;
-    q->unpack[GGML_TYPE_Q6_K] = unpack_q8xk<XK6>;
+    q->dot[GGML_TYPE_Q6_K] = dot_q8x_n<XK6>;
+    q->dot_hi[GGML_TYPE_Q6_K] = dot_q8xh_n<XK6>;
+    q->unpack[GGML_TYPE_Q6_K] = unpack_q8x<XK6>;
     q->gemm[GGML_TYPE_Q6_K] = gemm_q8x_n<XK6>;
     q->gemm_hi[GGML_TYPE_Q6_K] = gemm_q8xh_n<XK6>;
 }
