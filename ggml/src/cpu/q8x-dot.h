@@ -317,6 +317,21 @@ struct XK {
     }
 };
 
+// Sub-blocks of 16 (SPLIT): scale words s32 (16 int32, one per sub-block) of a
+// superblock with scale d -> half h's per-lane scales: d of lane l the low
+// half's of block l / 4, m the high half's.
+inline void half_scales(__m512i s32, int h, float d, q8x_wgroup *w) {
+    const __m512i ix = _mm512_add_epi32(_mm512_set1_epi32(8 * h), _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6));
+    const __m512 vd = _mm512_set1_ps(d);
+    w->d = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(ix, s32)), vd);
+    w->m = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(_mm512_add_epi32(ix, _mm512_set1_epi32(1)), s32)), vd);
+}
+// Word shift counts 2b in 128-bit lane b (the 2-bit fields of four blocks).
+inline __m512i shifts_2b() {
+    return _mm512_setr_epi32(0, 0, 0, 0, 0x20002, 0x20002, 0x20002, 0x20002, 0x40004, 0x40004, 0x40004, 0x40004, 0x60006, 0x60006,
+                             0x60006, 0x60006);
+}
+
 // q6_K: group g is half g % 2 of superblock g / 2; its block b's element l
 // has the low nibble (b / 2 ? high : low) of ql[64 h + 32 (b % 2) + l] and the
 // two high bits (qh[32 h + l] >> 2 b) & 3, so u = 0..63 and weight = d sc (u - 32)
@@ -334,8 +349,7 @@ struct XK6 {
                                               0x40004);  // words: nibble shift 0 / 0 / 4 / 4 by lane
         const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
         // the high bits, shifted to 0..1 by 2b per lane (a word shift of at most 6 keeps each byte's bits 0..1 its own)
-        const __m512i hcnt = _mm512_setr_epi32(0, 0, 0, 0, 0x20002, 0x20002, 0x20002, 0x20002, 0x40004, 0x40004, 0x40004, 0x40004,
-                                               0x60006, 0x60006, 0x60006, 0x60006);
+        const __m512i hcnt = shifts_2b();
         const uint8_t *qh = b->qh + 32 * h;
         const __m512i ha = _mm512_and_si512(_mm512_srlv_epi16(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)qh)), hcnt), m3);
         const __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(qh + 16))), hcnt), m3);
@@ -343,11 +357,7 @@ struct XK6 {
         const __m512i lb = _mm512_and_si512(_mm512_srlv_epi16(_mm512_shuffle_i64x2(ql, ql, 0xDD), cnt), m4);  // lanes 1 3 1 3
         w->ua = _mm512_or_si512(la, _mm512_slli_epi16(ha, 4));
         w->ub = _mm512_or_si512(lb, _mm512_slli_epi16(hb, 4));
-        const __m512i s32 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b->scales));
-        const __m512i ix = _mm512_add_epi32(_mm512_set1_epi32(8 * h), _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6));
-        const __m512 d = _mm512_set1_ps(_cvtsh_ss(b->d));
-        w->d = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(ix, s32)), d);
-        w->m = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(_mm512_add_epi32(ix, _mm512_set1_epi32(1)), s32)), d);
+        half_scales(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b->scales)), h, _cvtsh_ss(b->d), w);
     }
 };
 
@@ -362,8 +372,7 @@ struct XK3 {
     static void group(const B *x, int64_t g, q8x_wgroup *w) {
         const B *b = x + (g >> 1);
         const int h = (int)(g & 1);
-        const __m512i cnt = _mm512_setr_epi32(0, 0, 0, 0, 0x20002, 0x20002, 0x20002, 0x20002, 0x40004, 0x40004, 0x40004, 0x40004,
-                                              0x60006, 0x60006, 0x60006, 0x60006);  // words: 2b by lane b
+        const __m512i cnt = shifts_2b();
         const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
         const __m512i bit = _mm512_sllv_epi32(_mm512_set1_epi32(0x01010101),
                                               _mm512_add_epi32(_mm512_set1_epi32(4 * h),
@@ -376,38 +385,27 @@ struct XK3 {
         };
         w->ua = half(0);
         w->ub = half(16);
-        const __m512i s32 = _mm512_cvtepi16_epi32(q3k_scales16(b->scales));
-        const __m512i ix = _mm512_add_epi32(_mm512_set1_epi32(8 * h), _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6));
-        const __m512 d = _mm512_set1_ps(_cvtsh_ss(b->d));
-        w->d = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(ix, s32)), d);
-        w->m = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(_mm512_add_epi32(ix, _mm512_set1_epi32(1)), s32)), d);
+        half_scales(_mm512_cvtepi16_epi32(q3k_scales16(b->scales)), h, _cvtsh_ss(b->d), w);
     }
 };
 
 // q3_K, q4_K, q5_K and q6_K take the q8x kernels for prompt batches; mat-vec
 // and a few columns keep their q8_K kernels (min_cols).
+// Every kernel of loader X for type t, from min_cols activation rows on.
+template <class X>
+void q8x_set(ggml_q8x_kernels *q, ggml_type t, int min_cols) {
+    q->min_cols[t] = min_cols;
+    q->dot[t] = dot_q8x_n<X>;
+    q->dot_hi[t] = dot_q8xh_n<X>;
+    q->unpack[t] = unpack_q8x<X>;
+    q->gemm[t] = gemm_q8x_n<X>;
+    q->gemm_hi[t] = gemm_q8xh_n<X>;
+}
 inline void q8x_add_kquants(ggml_q8x_kernels *q) {
-    for (ggml_type t : {GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K}) q->min_cols[t] = GGML_Q8X_GEMM_MIN_COLS;
-    q->dot[GGML_TYPE_Q4_K] = dot_q8x_n<XK<false>>;
-    q->dot_hi[GGML_TYPE_Q4_K] = dot_q8xh_n<XK<false>>;
-    q->unpack[GGML_TYPE_Q4_K] = unpack_q8x<XK<false>>;
-    q->gemm[GGML_TYPE_Q4_K] = gemm_q8x_n<XK<false>>;
-    q->gemm_hi[GGML_TYPE_Q4_K] = gemm_q8xh_n<XK<false>>;
-    q->dot[GGML_TYPE_Q5_K] = dot_q8x_n<XK<true>>;
-    q->dot_hi[GGML_TYPE_Q5_K] = dot_q8xh_n<XK<true>>;
-    q->unpack[GGML_TYPE_Q5_K] = unpack_q8x<XK<true>>;
-    q->gemm[GGML_TYPE_Q5_K] = gemm_q8x_n<XK<true>>;
-    q->gemm_hi[GGML_TYPE_Q5_K] = gemm_q8xh_n<XK<true>>;
-    q->dot[GGML_TYPE_Q3_K] = dot_q8x_n<XK3>;
-    q->dot_hi[GGML_TYPE_Q3_K] = dot_q8xh_n<XK3>;
-    q->unpack[GGML_TYPE_Q3_K] = unpack_q8x<XK3>;
-    q->gemm[GGML_TYPE_Q3_K] = gemm_q8x_n<XK3>;
-    q->gemm_hi[GGML_TYPE_Q3_K] = gemm_q8xh_n<XK3>;
-    q->dot[GGML_TYPE_Q6_K] = dot_q8x_n<XK6>;
-    q->dot_hi[GGML_TYPE_Q6_K] = dot_q8xh_n<XK6>;
-    q->unpack[GGML_TYPE_Q6_K] = unpack_q8x<XK6>;
-    q->gemm[GGML_TYPE_Q6_K] = gemm_q8x_n<XK6>;
-    q->gemm_hi[GGML_TYPE_Q6_K] = gemm_q8xh_n<XK6>;
+    q8x_set<XK3>(q, GGML_TYPE_Q3_K, GGML_Q8X_GEMM_MIN_COLS);
+    q8x_set<XK<false>>(q, GGML_TYPE_Q4_K, GGML_Q8X_GEMM_MIN_COLS);
+    q8x_set<XK<true>>(q, GGML_TYPE_Q5_K, GGML_Q8X_GEMM_MIN_COLS);
+    q8x_set<XK6>(q, GGML_TYPE_Q6_K, GGML_Q8X_GEMM_MIN_COLS);
 }
 
 // F16 weights x activations rounded to fp16 but stored as f32 (the rounding
