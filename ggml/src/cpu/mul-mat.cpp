@@ -2,8 +2,8 @@
 //
 // 1. The activations b are converted once into the shared scratch, rows split
 //    among threads: to the q8x layout where the type has q8x kernels
-//    (ggml_cpu_q8x_pick: the 32-element block types, and q4_K / q5_K for
-//    several columns), else to the weight type's vec_dot_type.
+//    (ggml_cpu_q8x_pick: the 32-element block types, and q3_K..q6_K from
+//    GGML_Q8X_GEMM_MIN_COLS columns on), else to the weight type's vec_dot_type.
 // 2. After a barrier, the output is split among threads; every element is one
 //    call of the same vec_dot kernel, so the result never depends on the
 //    thread count or the split.
@@ -197,8 +197,8 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
         // Columns go in fixed tiles of QCOLS from column 0 (a column split
         // moves whole tiles), so every element is computed the same way
         // whatever the thread count. A block of QROWS weight rows meets every
-        // column tile in turn. With a prompt kernel (gemm), the block's rows
-        // whole multiples of GEMM_ROWS are unpacked once, and each column
+        // column tile in turn. With a prompt kernel (gemm), the block's rows,
+        // in whole multiples of GEMM_ROWS, are unpacked once, and each column
         // tile runs in chunks of KCHUNK groups: every GEMM_ROWS x GEMM_COLS
         // register tile of the block passes over the chunk (weights,
         // activations and the tiles' accumulators in L1) before the next
