@@ -181,6 +181,19 @@ def hf_prompt_error(hf, m, n=24, seed=11):
     return rel_err(ctx.logits_all(), tinymodel.hf_logits(hf, toks))
 
 
+def chunked_logits(ctx, toks, first):
+    """Logits of every position when ctx decodes toks[:first] as one batch (none for
+    first = 0), then the rest one cached token at a time: [len(toks), n_vocab]."""
+    rows = []
+    if first:
+        ctx.decode(toks[:first], all_logits=True)
+        rows = list(np.array(ctx.logits_all()))
+    for t in toks[first:]:
+        ctx.decode([t])
+        rows.append(np.array(ctx.logits()))
+    return np.stack(rows)
+
+
 def hf_cached_error(hf, m, n=16, first=5, seed=12):
     """rel_err of a prompt chunk then cached single steps against hf's logits of the whole sequence."""
     import tinymodel
@@ -188,12 +201,7 @@ def hf_cached_error(hf, m, n=16, first=5, seed=12):
 
     toks = random_prompt(n, m.n_vocab, seed=seed)
     ctx = _core.Context(m, 32, 8, 2, type_kv=0)
-    ctx.decode(toks[:first], all_logits=True)
-    rows = list(np.array(ctx.logits_all()))
-    for t in toks[first:]:
-        ctx.decode([t])
-        rows.append(np.array(ctx.logits()))
-    return rel_err(np.stack(rows), tinymodel.hf_logits(hf, toks))
+    return rel_err(chunked_logits(ctx, toks, first), tinymodel.hf_logits(hf, toks))
 
 
 def converted_fixture(build, cases):

@@ -22,7 +22,7 @@ import torch
 import transformers  # noqa: F401
 
 import tinymodel
-from conftest import random_prompt, rel_err
+from conftest import chunked_logits, random_prompt, rel_err
 from pinfer import _core  # noqa: E402
 from pinfer import convert as cv  # noqa: E402
 
@@ -146,11 +146,7 @@ def test_token_by_token(converted):
     toks = random_prompt(16, m.n_vocab, seed=12)
     ref = tinymodel.hf_logits(hf, toks)
     ctx = _core.Context(m, 32, 8, 2, type_kv=0)
-    rows = []
-    for t in toks:
-        ctx.decode([t])
-        rows.append(np.array(ctx.logits()))
-    assert rel_err(np.stack(rows), ref) < RTOL, kind
+    assert rel_err(chunked_logits(ctx, toks, 0), ref) < RTOL, kind
 
 
 def test_falcon_exact_gelu_is_approximated(tmp_path):

@@ -28,7 +28,15 @@ import transformers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tinymodel  # noqa: E402
-from conftest import PRIDE_OPENING, converted_fixture, hf_cached_error, hf_greedy, random_prompt, rel_err
+from conftest import (
+    PRIDE_OPENING,
+    chunked_logits,
+    converted_fixture,
+    hf_cached_error,
+    hf_greedy,
+    random_prompt,
+    rel_err,
+)
 from pinfer import _core  # noqa: E402
 from pinfer import convert as cv  # noqa: E402
 
@@ -385,12 +393,7 @@ def test_simulated_device_runs_every_family(converted):
     cpu = _core.Context(m, 64, 64, 2, "f32", "off")
     cpu.decode(toks, all_logits=True)
     sim = _core.Context(m, 64, 64, 2, "f32", "off", device="sim", n_gpu_layers=hf.config.num_hidden_layers)
-    sim.decode(toks[:12], all_logits=True)
-    rows = list(np.array(sim.logits_all()))
-    for t in toks[12:]:
-        sim.decode([t])
-        rows.append(np.array(sim.logits()))
-    assert rel_err(np.stack(rows), np.asarray(cpu.logits_all(), np.float64)) < RTOL, kind
+    assert rel_err(chunked_logits(sim, toks, 12), np.asarray(cpu.logits_all(), np.float64)) < RTOL, kind
 
 
 def _copy_without(src, dst, drop):

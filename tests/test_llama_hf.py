@@ -19,7 +19,7 @@ import pytest
 import transformers  # noqa: F401
 
 import tinymodel
-from conftest import random_prompt, rel_err
+from conftest import chunked_logits, random_prompt, rel_err
 from pinfer import _core  # noqa: E402
 
 RTOL = 1e-4
@@ -131,12 +131,9 @@ def test_token_by_token(model_pair):
     toks = random_prompt(30, m.n_vocab, seed=12)
     ref = tinymodel.hf_logits(hf, toks)
     ctx = _core.Context(m, 32, 8, 2, "f32")
-    rows = []
-    for t in toks:
-        ctx.decode([t])
-        rows.append(np.array(ctx.logits()))
+    got = chunked_logits(ctx, toks, 0)
     assert ctx.n_past == len(toks)
-    assert rel_err(np.stack(rows), ref) < RTOL
+    assert rel_err(got, ref) < RTOL
 
 
 def test_batched_chunks_and_multiple_calls(model_pair):

@@ -21,6 +21,7 @@ import transformers
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tinymodel  # noqa: E402
 from conftest import (  # noqa: E402
+    chunked_logits,
     converted_fixture,
     hf_cached_error,
     hf_greedy,
@@ -180,12 +181,7 @@ def test_simulated_device(converted):
     cpu.decode(toks, all_logits=True)
     sim = _core.Context(m, 64, 64, 2, "f32", "off", device="sim", n_gpu_layers=hf.config.num_hidden_layers)
     assert "mixture-of-experts" in sim.notice
-    sim.decode(toks[:12], all_logits=True)
-    rows = list(np.array(sim.logits_all()))
-    for t in toks[12:]:
-        sim.decode([t])
-        rows.append(np.array(sim.logits()))
-    assert rel_err(np.stack(rows), np.asarray(cpu.logits_all(), np.float64)) < RTOL, kind
+    assert rel_err(chunked_logits(sim, toks, 12), np.asarray(cpu.logits_all(), np.float64)) < RTOL, kind
 
 
 def test_predictor_mode_is_refused_and_auto_is_dense(converted):
@@ -227,12 +223,7 @@ def test_exact_sparse_experts_equal_dense(relu_experts):
     ex = _core.Context(m, 64, 64, 2, "f32", "exact")
     assert ex.sparse_mode == "exact"
     assert _core.Context(m, 32, 8, 2, "f32", "auto").sparse_mode == "exact"
-    ex.decode(toks[:16], all_logits=True)
-    rows = list(np.array(ex.logits_all()))
-    for t in toks[16:]:
-        ex.decode([t])
-        rows.append(np.array(ex.logits()))
-    got = np.stack(rows)
+    got = chunked_logits(ex, toks, 16)
     assert rel_err(got, np.asarray(dense.logits_all(), np.float64)) < 1e-5
     assert rel_err(got, ref) < RTOL
     # the statistics count the routed experts' active neurons: HF's own relu(gate x) > 0 rate
@@ -286,12 +277,7 @@ def test_threshold_sparse_experts_match_thresholded_transformers(converted, tmp_
     out = extgguf.add_sparse(path, str(tmp_path / "thr.gguf"), act_thresholds=thr)
     mt = _core.Model(out)
     ctx = _core.Context(mt, 64, 64, 2, "f32", "threshold")
-    ctx.decode(toks[:12], all_logits=True)
-    rows = list(np.array(ctx.logits_all()))
-    for t in toks[12:]:
-        ctx.decode([t])
-        rows.append(np.array(ctx.logits()))
-    got = np.stack(rows)
+    got = chunked_logits(ctx, toks, 12)
     assert rel_err(got, tinymodel.hf_logits(_thresholded_hf(hf, thr), toks)) < RTOL, kind
     assert rel_err(got, tinymodel.hf_logits(hf, toks)) > 10 * RTOL, kind  # the thresholds do change the function
     mt.close()
