@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tinymodel
-from conftest import random_prompt
+from conftest import greedy_tokens, random_prompt
 from pinfer import _core, extgguf  # noqa: E402
 from pinfer.cli import find_tool  # noqa: E402
 
@@ -65,16 +65,6 @@ def logits_of(c, toks):
     return c.logits_all().copy()
 
 
-def greedy(c, toks, n):
-    c.decode(toks)
-    out = []
-    for _ in range(n):
-        t = int(np.argmax(c.logits()))
-        out.append(t)
-        c.decode([t])
-    return out
-
-
 MIXES = {"none": [0, 0, 0], "half": [N_FF // 2] * N_LAYER, "all": [N_FF] * N_LAYER, "mixed": [0, N_FF // 2, N_FF]}
 
 
@@ -91,7 +81,7 @@ def test_hybrid_equals_cpu(models, mode, mix, T):
     assert rel(logits_of(c, toks), ref) <= RTOL
     # then token by token (the T = 1 kernels and the fused bundle), with greedy tokens identical
     cc, cs = context(path, mode), context(path, mode, device="sim")
-    assert greedy(cs, toks[:3], 6) == greedy(cc, toks[:3], 6)
+    assert greedy_tokens(cs, toks[:3], 6) == greedy_tokens(cc, toks[:3], 6)
     assert rel(cs.logits(), cc.logits()) <= RTOL
 
 
@@ -269,9 +259,9 @@ def test_plan_cache_reuses_the_decode_graph(models, device):
     runs = {}
     for cache in (False, True):
         c = context(path, "predictor", device=device, graph_cache=cache)
-        gen = greedy(c, toks, 40)
+        gen = greedy_tokens(c, toks, 40)
         c.kv_truncate(12)
-        gen += greedy(c, [gen[7]], 10)
+        gen += greedy_tokens(c, [gen[7]], 10)
         runs[cache] = (gen, c.logits().copy(), c.timings())
     assert runs[True][0] == runs[False][0]
     assert rel(runs[True][1], runs[False][1]) <= RTOL
