@@ -473,21 +473,27 @@ int main() {
     }
     if (avx512) {
         table t5 = ref;
-        ggml_cpu_set_kernels_avx512(t5.t, __builtin_cpu_supports("avx512bf16"));
+        ggml_cpu_set_kernels_avx512(t5.t, __builtin_cpu_supports("avx512bf16"), false);
         test_dots("avx512", ref, t5);
         test_quantizers("avx512", ref, t5);
         test_q8x("avx512", ref, ggml_cpu_q8x_avx512());
         test_q8x_gemm("avx512", ref, ggml_cpu_q8x_avx512());
         std::vector<ggml_vec_dot2_t> d2(GGML_TYPE_COUNT, nullptr);
-        ggml_cpu_set_dot_resid_avx512(d2.data());
+        ggml_cpu_set_dot_resid_avx512(d2.data(), false);
         test_dot_resid("avx512", ref, d2.data());
         families++;
         if (__builtin_cpu_supports("avx512vbmi")) {
+            table tv = ref;
+            ggml_cpu_set_kernels_avx512(tv.t, __builtin_cpu_supports("avx512bf16"), true);
+            test_dots("vbmi", ref, tv);
+            std::vector<ggml_vec_dot2_t> dv(GGML_TYPE_COUNT, nullptr);
+            ggml_cpu_set_dot_resid_avx512(dv.data(), true);
+            test_dot_resid("vbmi", ref, dv.data());
             test_q8x("vbmi", ref, ggml_cpu_q8x_avx512vbmi());
             test_q8x_gemm("vbmi", ref, ggml_cpu_q8x_avx512vbmi());
             families++;
         } else {
-            printf("SKIP avx512vbmi q8x kernels: CPU lacks AVX-512 VBMI\n");
+            printf("SKIP avx512vbmi kernels: CPU lacks AVX-512 VBMI\n");
         }
     } else {
         printf("SKIP avx512 family: CPU lacks AVX-512 F/BW/VL/DQ/VNNI\n");

@@ -85,9 +85,9 @@ struct cpu_tables {
         const bool avx2 = f.avx2 && f.fma && f.f16c && f.bmi2;
         const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni;
         if (avx512 && cap >= 2) {
-            ggml_cpu_set_kernels_avx512(best, f.avx512bf16);
+            ggml_cpu_set_kernels_avx512(best, f.avx512bf16, f.avx512vbmi);
             q8x = f.avx512vbmi ? ggml_cpu_q8x_avx512vbmi() : ggml_cpu_q8x_avx512();
-            ggml_cpu_set_dot_resid_avx512(dot2);
+            ggml_cpu_set_dot_resid_avx512(dot2, f.avx512vbmi);
             snprintf(variant, sizeof variant, "avx512 (VNNI; q8x weights unpacked %s)",
                      f.avx512vbmi ? "with VBMI" : "by inserts");
             name = "avx512";

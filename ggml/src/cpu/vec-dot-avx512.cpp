@@ -128,16 +128,20 @@ void vec_dot_q8_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
 // superblock as in the reference; the mins / fixed offsets go through the
 // activation block sums.
 
-// Constant index vectors, built once: word w of entry r is `f(r, w)`.
-template <int (*F)(int, int)>
-struct word_index {
-    alignas(64) int16_t w[4][32];
-    word_index() {
+// Constant index vectors, built once: element e of entry r is `f(r, e)`
+// (32 words, or 64 bytes, per entry).
+template <typename E, int (*F)(int, int)>
+struct const_index {
+    static constexpr int N = 64 / (int)sizeof(E);
+    alignas(64) E w[4][N];
+    const_index() {
         for (int r = 0; r < 4; r++)
-            for (int i = 0; i < 32; i++) w[r][i] = (int16_t)F(r, i);
+            for (int i = 0; i < N; i++) w[r][i] = (E)F(r, i);
     }
     __m512i operator[](int r) const { return _mm512_load_si512(w[r]); }
 };
+template <int (*F)(int, int)> using word_index = const_index<int16_t, F>;
+template <int (*F)(int, int)> using byte_index = const_index<int8_t, F>;
 // q4_K / q5_K register r: elements 64 (r / 2) + 32 (r % 2) + ... in element order, sub-blocks of 32
 inline int idx_4bit(int r, int w) { return 2 * r + w / 16; }
 // q6_K register r: sub-blocks of 16
@@ -185,6 +189,53 @@ void dot_q2_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
             __m512i sumi = _mm512_setzero_si512();
             for (int m = 0; m < 4; m++)
                 sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(u[m], _mm512_loadu_si512(y->qs + 64 * m)), scm[m]);
+            const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn);
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), acc);
+            accm = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xm), _mm256_cvtepi32_ps(mins), accm);
+        }
+    }
+    *s = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(accm));
+}
+
+// q2_K with VBMI (Ice Lake, Zen 4 and later): sc * u <= 45 fits a byte, so
+// the scale goes into the weights once per superblock instead of into every
+// row's sums: a 64-byte table holds sc_k * u at byte 4k + u, and one vpermb
+// of index 4k + u per register gives the scaled weights, which vpdpbusd
+// takes straight (no maddubs + vpdpwssd per row). Register m's 128-bit lane
+// L is sub-block 4m + L. In-cache, one thread (Xeon VM): 10.3 -> 11.4 GB/s
+// `fast`, 7.5 -> 8.3 with the residual row.
+inline int q2k_table_scale(int, int b) { return b / 4; }    // byte b of the table: scale b / 4
+inline int q2k_lane_base(int m, int b) { return 16 * m + 4 * (b / 16); }  // 4k of byte b of register m
+template <int NR>
+__attribute__((target("avx512vbmi"))) void dot_q2_K_vbmi(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
+    static const byte_index<q2k_table_scale> tsc;
+    static const byte_index<q2k_lane_base> base;
+    const block_q2_K *x = (const block_q2_K *)vx;
+    const int64_t nb = n / QK_K;
+    const __m512i sh[4] = {shift_2bit(0), shift_2bit(1), shift_2bit(2), shift_2bit(3)};
+    const __m512i three = _mm512_set1_epi8(3);
+    const __mmask64 odd = 0xAAAAAAAAAAAAAAAAull, two = 0xCCCCCCCCCCCCCCCCull;  // table bytes with u & 1, u & 2
+    __m512 acc = _mm512_setzero_ps();
+    __m256 accm = _mm256_setzero_ps();
+    const int ahead = ggml_prefetch_distance;
+    for (int64_t i = 0; i < nb; i++) {
+        ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
+        const __m128i sv = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m512i sc = _mm512_castsi128_si512(_mm_and_si128(sv, _mm_set1_epi8(0x0F)));
+        const __m512i s2 = _mm512_maskz_permutexvar_epi8(two, tsc[0], sc);
+        const __m512i table = _mm512_add_epi8(_mm512_maskz_permutexvar_epi8(odd, tsc[0], sc), _mm512_add_epi8(s2, s2));
+        const __m256i mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sv, 4), _mm_set1_epi8(0x0F)));
+        __m512i w[4];
+        for (int m = 0; m < 4; m++) {
+            const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * (m >> 1))));
+            const __m512i ix = _mm512_ternarylogic_epi32(_mm512_srlv_epi16(q, sh[m]), three, base[m], 0xEA);  // (a & b) | c
+            w[m] = _mm512_permutexvar_epi8(ix, table);
+        }
+        const float xd = fp16(x[i].d), xm = fp16(x[i].dmin);
+        for (int r = 0; r < NR; r++) {
+            const block_q8_K *y = act_row<NR>(vy, vrow, r) + i;
+            __m512i sumi = _mm512_setzero_si512();
+            for (int m = 0; m < 4; m++) sumi = _mm512_dpbusd_epi32(sumi, w[m], _mm512_loadu_si512(y->qs + 64 * m));
             const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn);
             acc = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), acc);
             accm = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xm), _mm256_cvtepi32_ps(mins), accm);
@@ -332,6 +383,7 @@ void dot_q6_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
 }
 
 void vec_dot_q2_K_q8_K(int64_t n, float *s, const void *x, const void *y) { dot_q2_K<1>(n, s, x, y, 0); }
+void vec_dot_q2_K_q8_K_vbmi(int64_t n, float *s, const void *x, const void *y) { dot_q2_K_vbmi<1>(n, s, x, y, 0); }
 void vec_dot_q3_K_q8_K(int64_t n, float *s, const void *x, const void *y) { dot_q3_K<1>(n, s, x, y, 0); }
 void vec_dot_q4_K_q8_K(int64_t n, float *s, const void *x, const void *y) { dot_q45_K<false, 1>(n, s, x, y, 0); }
 void vec_dot_q5_K_q8_K(int64_t n, float *s, const void *x, const void *y) { dot_q45_K<true, 1>(n, s, x, y, 0); }
@@ -594,19 +646,19 @@ const ggml_q8x_kernels *ggml_cpu_q8x_avx512(void) {
     return &q;
 }
 
-void ggml_cpu_set_dot_resid_avx512(ggml_vec_dot2_t *t) {
-    t[GGML_TYPE_Q2_K] = dot_q2_K<2>;
+void ggml_cpu_set_dot_resid_avx512(ggml_vec_dot2_t *t, bool has_vbmi) {
+    t[GGML_TYPE_Q2_K] = has_vbmi ? dot_q2_K_vbmi<2> : dot_q2_K<2>;
     t[GGML_TYPE_Q3_K] = dot_q3_K<2>;
     t[GGML_TYPE_Q4_K] = dot_q45_K<false, 2>;
     t[GGML_TYPE_Q5_K] = dot_q45_K<true, 2>;
     t[GGML_TYPE_Q6_K] = dot_q6_K<2>;
 }
 
-void ggml_cpu_set_kernels_avx512(struct ggml_cpu_type_traits *t, bool has_bf16) {
+void ggml_cpu_set_kernels_avx512(struct ggml_cpu_type_traits *t, bool has_bf16, bool has_vbmi) {
     ggml_cpu_set_kernels_avx2(t);
     t[GGML_TYPE_Q4_0].vec_dot = vec_dot_q4_0_q8_0;
     t[GGML_TYPE_Q8_0].vec_dot = vec_dot_q8_0_q8_0;
-    t[GGML_TYPE_Q2_K].vec_dot = vec_dot_q2_K_q8_K;
+    t[GGML_TYPE_Q2_K].vec_dot = has_vbmi ? vec_dot_q2_K_q8_K_vbmi : vec_dot_q2_K_q8_K;
     t[GGML_TYPE_Q3_K].vec_dot = vec_dot_q3_K_q8_K;
     t[GGML_TYPE_Q4_K].vec_dot = vec_dot_q4_K_q8_K;
     t[GGML_TYPE_Q5_K].vec_dot = vec_dot_q5_K_q8_K;

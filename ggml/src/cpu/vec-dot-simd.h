@@ -10,9 +10,9 @@
 #define GGML_SIMD_X86 1
 // AVX2 + FMA + F16C.
 void ggml_cpu_set_kernels_avx2(struct ggml_cpu_type_traits *table);
-// AVX-512 F/BW/VL/DQ/VNNI (+BF16 when has_bf16): calls the AVX2 entry first,
-// then replaces the kernels that gain from 512-bit vectors.
-void ggml_cpu_set_kernels_avx512(struct ggml_cpu_type_traits *table, bool has_bf16);
+// AVX-512 F/BW/VL/DQ/VNNI (+BF16 when has_bf16, +VBMI when has_vbmi): calls
+// the AVX2 entry first, then replaces the kernels that gain from 512-bit vectors.
+void ggml_cpu_set_kernels_avx512(struct ggml_cpu_type_traits *table, bool has_bf16, bool has_vbmi);
 #endif
 
 // GGML_PREC_HIGH for the types without a q8xh layout: s = dot(x, y) +
@@ -22,7 +22,7 @@ void ggml_cpu_set_kernels_avx512(struct ggml_cpu_type_traits *table, bool has_bf
 typedef void (*ggml_vec_dot2_t)(int64_t n, float *s, const void *x, const void *y, size_t vrow);
 #ifdef GGML_SIMD_X86
 void ggml_cpu_set_dot_resid_avx2(ggml_vec_dot2_t *table);    // indexed by ggml_type
-void ggml_cpu_set_dot_resid_avx512(ggml_vec_dot2_t *table);
+void ggml_cpu_set_dot_resid_avx512(ggml_vec_dot2_t *table, bool has_vbmi);
 #endif
 // The fused kernel dispatch picked for type t, or NULL (two vec_dot calls).
 ggml_vec_dot2_t ggml_cpu_dot_resid(enum ggml_type t);
