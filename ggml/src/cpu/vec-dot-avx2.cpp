@@ -634,15 +634,26 @@ inline void nibbles4x(const B *x, __m256i *u, __m256i *v) {
         v[h] = _mm256_and_si256(_mm256_srli_epi16(t, 4), m4);
     }
 }
+// Fifth bits: bit j of qh -> 16 in byte j. The qh words of blocks 2h and
+// 2h + 1 in one broadcast qword; one byte shuffle per register takes the qh
+// byte of each element (low halves: bits 0-15, high halves: 16-31), then the
+// element's own bit is tested against a per-byte mask.
 template <class B>
-inline void high4x(const B *x, __m256i *u, __m256i *v) {  // fifth bits: low 16 bits of qh with u, high with v
-    const __m256i sixteen = _mm256_set1_epi8(16);
+inline void high4x(const B *x, __m256i *u, __m256i *v) {
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL), sixteen = _mm256_set1_epi8(16);
+    const __m256i lo = _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0404040404040404LL, 0x0505050505050505LL);
+    const __m256i hi = _mm256_setr_epi64x(0x0202020202020202LL, 0x0303030303030303LL, 0x0606060606060606LL, 0x0707070707070707LL);
     for (int h = 0; h < 2; h++) {
         uint32_t a, b;
         memcpy(&a, x[2 * h].qh, 4);
         memcpy(&b, x[2 * h + 1].qh, 4);
-        u[h] = _mm256_or_si256(u[h], _mm256_and_si256(bits_to_bytes((a & 0xFFFF) | (b << 16)), sixteen));
-        v[h] = _mm256_or_si256(v[h], _mm256_and_si256(bits_to_bytes((a >> 16) | (b & 0xFFFF0000u)), sixteen));
+        const __m256i q = _mm256_set1_epi64x((long long)((uint64_t)a | ((uint64_t)b << 32)));
+        auto spread = [&](__m256i sel) {
+            const __m256i t = _mm256_and_si256(_mm256_shuffle_epi8(q, sel), bit);
+            return _mm256_and_si256(_mm256_cmpeq_epi8(t, bit), sixteen);
+        };
+        u[h] = _mm256_or_si256(u[h], spread(lo));
+        v[h] = _mm256_or_si256(v[h], spread(hi));
     }
 }
 template <class B>
@@ -743,14 +754,17 @@ void dot_q8x_avx2(int64_t k, const void *vx, const void *vy, size_t ys, float *s
                 auto ld = [&](size_t off) { return _mm256_loadu_si256((const __m256i *)(yc + off + 32 * h)); };
                 // dot(u, y[o0]) + dot(v, y[o1]) in s32 lanes of four. Unsigned quants
                 // (u <= 31): each maddubs pair is at most 2 * 31 * 127, so the two
-                // pair vectors add exactly in s16 before one madd.
-                auto dot8 = [&](size_t o0, size_t o1) {
-                    if (X::SIGNED) return _mm256_add_epi32(dot4<true>(u[h], au[h], ld(o0)), dot4<true>(v[h], av[h], ld(o1)));
+                // pair vectors add exactly in s16 before one madd (by `mul`: 128 for
+                // the q8xh row, which takes the shift of its sum into the madd).
+                auto dot8 = [&](size_t o0, size_t o1, short mul) {
+                    if (X::SIGNED) {
+                        const __m256i p = _mm256_add_epi32(dot4<true>(u[h], au[h], ld(o0)), dot4<true>(v[h], av[h], ld(o1)));
+                        return mul == 1 ? p : _mm256_slli_epi32(p, 7);
+                    }
                     return _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(u[h], ld(o0)), _mm256_maddubs_epi16(v[h], ld(o1))),
-                                             _mm256_set1_epi16(1));
+                                             _mm256_set1_epi16(mul));
                 };
-                __m256i p = dot8(0, 64);
-                if (H) p = _mm256_add_epi32(_mm256_slli_epi32(p, 7), dot8(128, 192));
+                __m256i p = H ? _mm256_add_epi32(dot8(0, 64, 128), dot8(128, 192, 1)) : dot8(0, 64, 1);
                 if (OFF) p = _mm256_add_epi32(p, _mm256_slli_epi32(ld(NS), X::S > 0 ? X::S : 0));
                 const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_loadu_ps((const float *)(yc + DY + 32 * h)));
                 acc[c] = _mm256_fmadd_ps(f, dx[h], acc[c]);
