@@ -267,6 +267,7 @@ void dot_q3_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
     for (int64_t i = 0; i < nb; i++) {
         ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
         const __m256i sc16 = q3k_scales16(x[i].scales);
+        const __m256i off16 = _mm256_mullo_epi16(sc16, _mm256_set1_epi16(-4));  // the -4 of every value, per sub-block
         const __m512i sc = _mm512_castsi256_si512(sc16);
         const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[i].hmask));
         __m512i u[4], scm[4];
@@ -279,8 +280,7 @@ void dot_q3_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
         for (int r = 0; r < NR; r++) {
             const block_q8_K *y = act_row<NR>(vy, vrow, r) + i;
             // - 4 sum_k sc_k bsums_k, in lanes 0..7
-            const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), sc16);
-            __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_zextsi256_si512(off), 2));
+            __m512i sumi = _mm512_zextsi256_si512(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), off16));
             for (int m = 0; m < 4; m++)
                 sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(u[m], _mm512_loadu_si512(y->qs + 64 * m)), scm[m]);
             acc = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), acc);
@@ -357,6 +357,7 @@ void dot_q6_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
     for (int64_t i = 0; i < nb; i++) {
         ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
+        const __m256i off16 = _mm256_mullo_epi16(sc16, _mm256_set1_epi16(-32));  // the -32 of every value (|.| <= 4096)
         const __m512i sc = _mm512_castsi256_si512(sc16);
         __m512i u[4], scr[4];
         for (int h = 0; h < 2; h++) {
@@ -372,8 +373,7 @@ void dot_q6_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
         const float xd = fp16(x[i].d);
         for (int r = 0; r < NR; r++) {
             const block_q8_K *y = act_row<NR>(vy, vrow, r) + i;
-            const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), sc16);
-            __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_zextsi256_si512(off), 5));
+            __m512i sumi = _mm512_zextsi256_si512(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), off16));
             for (int k = 0; k < 4; k++)
                 sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(u[k], _mm512_loadu_si512(y->qs + 64 * k)), scr[k]);
             acc = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), acc);
