@@ -233,7 +233,7 @@ template <int NR>
 void dot_q3_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
     const block_q3_K *x = (const block_q3_K *)vx;
     const int64_t nb = n / QK_K;
-    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
     __m256 acc = _mm256_setzero_ps();
     const int ahead = ggml_prefetch_distance;
     for (int64_t i = 0; i < nb; i++) {
@@ -246,9 +246,10 @@ void dot_q3_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
             const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
             for (int j = 0; j < 4; j++) {
                 const int c = 4 * h + j;
-                // u = low 2 bits | hmask bit << 2 (0..7); value = u - 4
-                const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, c), one);
-                u[c] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3), _mm256_slli_epi16(hb, 2));
+                // u = low 2 bits | hmask bit c moved straight to bit 2 (0..7); value = u - 4.
+                // A word shift by at most 5 brings nothing from the other byte into bit 2.
+                const __m256i hs = c == 0 ? _mm256_slli_epi16(hm, 2) : c == 1 ? _mm256_slli_epi16(hm, 1) : _mm256_srli_epi16(hm, c - 2);
+                u[c] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3), _mm256_and_si256(hs, four));
             }
         }
         for (int c = 0; c < 8; c++) scl[c] = sc.chunk(c);
