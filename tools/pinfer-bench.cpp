@@ -12,7 +12,8 @@
 // the q8xh activations where the type has them). Reports the effective GB/s
 // of weight bytes read beside a plain memory-read bandwidth (vector sum over
 // the same buffer, same thread count), the CPU model and the kernel variant
-// (PINFER_CPU=avx2 runs the AVX2 family on an AVX-512 CPU). --cols N > 1:
+// (PINFER_CPU=avxvnni or avx2 runs the AVX2 family on an AVX-512 CPU, with or
+// without AVX-VNNI). --cols N > 1:
 // the prompt-side product Y = W X with N activation columns instead, reported
 // in GMAC/s (multiply-adds per second; on one thread in process CPU time).
 //
@@ -393,7 +394,7 @@ int cmd_model(int argc, char **argv) {
 void usage() {
     fprintf(stderr,
             "usage: pinfer-bench matvec [--types f16,q8_0,q4_0,q4_K,q6_K] [--threads 1,2] [--gib 2] [--reps 5]\n"
-            "                           [--precision fast,high] [--cached] [--cols N]   (PINFER_CPU=avx2: the AVX2 kernels)\n"
+            "                           [--precision fast,high] [--cached] [--cols N]   (PINFER_CPU=avxvnni|avx2: the AVX2 kernels)\n"
             "       pinfer-bench model -m FILE [-p 64,512] [-n 64] [-t 2] [-r 3]\n");
 }
 

@@ -12,6 +12,7 @@
 
 #include "ggml-cpu.h"
 #include "ggml-quants.h"
+#include "cpu-features.h"
 #include "vec-dot-simd.h"
 
 static int g_fail = 0;
@@ -451,8 +452,11 @@ int main() {
                         __builtin_cpu_supports("avx512vnni");
     // dispatch must pick the widest family the CPU has, capped by PINFER_CPU (dispatch.cpp)
     const char *cap = getenv("PINFER_CPU");
-    const int allow = !cap || !*cap || strcmp(cap, "avx512") == 0 ? 2 : strcmp(cap, "avx2") == 0 ? 1 : 0;
-    const char *want = avx512 && allow >= 2 ? "avx512" : avx2 && allow >= 1 ? "avx2" : "scalar";
+    const int allow = !cap || !*cap || strcmp(cap, "avx512") == 0 ? 3
+                      : strcmp(cap, "avxvnni") == 0                ? 2
+                      : strcmp(cap, "avx2") == 0                   ? 1
+                                                                   : 0;
+    const char *want = avx512 && allow >= 3 ? "avx512" : avx2 && allow >= 1 ? "avx2" : "scalar";
     CHECK(strcmp(ggml_cpu_backend_name(), want) == 0, "dispatch picked %s, expected %s (PINFER_CPU=%s)", ggml_cpu_backend_name(),
           want, cap ? cap : "");
     CHECK((strcmp(want, "scalar") != 0) == (ggml_cpu_q8x() != nullptr), "q8x kernels %s with family %s",
@@ -468,6 +472,19 @@ int main() {
         ggml_cpu_set_dot_resid_avx2(d2.data());
         test_dot_resid("avx2", ref, d2.data());
         families++;
+        if (ggml_cpu_get_features()->avxvnni) {
+            table tv = t2;
+            ggml_cpu_set_kernels_avxvnni(tv.t);
+            test_dots("avxvnni", ref, tv);
+            test_q8x("avxvnni", ref, ggml_cpu_q8x_avxvnni());
+            test_q8x_gemm("avxvnni", ref, ggml_cpu_q8x_avxvnni());
+            std::vector<ggml_vec_dot2_t> dv(GGML_TYPE_COUNT, nullptr);
+            ggml_cpu_set_dot_resid_avxvnni(dv.data());
+            test_dot_resid("avxvnni", ref, dv.data());
+            families++;
+        } else {
+            printf("SKIP avxvnni kernels: CPU lacks AVX-VNNI\n");
+        }
     } else {
         printf("SKIP avx2 family: CPU lacks AVX2/FMA/F16C\n");
     }

@@ -3,10 +3,15 @@
 #include "cpu-features.h"
 
 // clang before 16 knows no "f16c" name for __builtin_cpu_supports (a compile
-// error), so F16C is read from CPUID leaf 1 (ECX bit 29) there.
+// error), so F16C is read from CPUID leaf 1 (ECX bit 29) there; AVX-VNNI
+// (leaf 7 subleaf 1, EAX bit 4) from CPUID everywhere, for the same reason.
 #if defined(__x86_64__) || defined(_M_X64)
-#if defined(__clang__) && __clang_major__ < 16
 #include <cpuid.h>
+static bool has_avxvnni() {
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4));
+}
+#if defined(__clang__) && __clang_major__ < 16
 static bool has_f16c() {
     unsigned a, b, c, d;
     return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
@@ -24,6 +29,7 @@ static ggml_cpu_features detect() {
     f.fma = __builtin_cpu_supports("fma");
     f.f16c = has_f16c();
     f.bmi2 = __builtin_cpu_supports("bmi2");
+    f.avxvnni = f.avx2 && has_avxvnni();  // VEX-encoded: needs the OS's AVX state, as AVX2 does
     f.avx512f = __builtin_cpu_supports("avx512f");
     f.avx512bw = __builtin_cpu_supports("avx512bw");
     f.avx512vl = __builtin_cpu_supports("avx512vl");

@@ -3,7 +3,7 @@
 #pragma once
 
 struct ggml_cpu_features {
-    bool avx2, fma, f16c, bmi2;
+    bool avx2, fma, f16c, bmi2, avxvnni;
     bool avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16, avx512vbmi;
 };
 

@@ -18,15 +18,18 @@ __thread int ggml_prefetch_distance = 0;
 
 namespace {
 
-// PINFER_CPU=avx2 (or scalar) caps the family below what the CPU has, e.g.
-// to run and measure the path a CPU without AVX-512 takes; avx512 (or unset)
-// means the best the CPU has. The highest family allowed: 2 avx512, 1 avx2, 0 scalar.
+// PINFER_CPU caps the kernels below what the CPU has, e.g. to run and measure
+// the path of a CPU without AVX-512: avxvnni (AVX2 with AVX-VNNI, as consumer
+// Intel CPUs from Alder Lake on), avx2 (plain AVX2, as Haswell .. Zen 3), or
+// scalar; avx512 (or unset) means the best the CPU has. The highest level
+// allowed, in this order: 3 avx512, 2 avxvnni, 1 avx2, 0 scalar.
 int env_cap() {
+    static const char *const levels[] = {"scalar", "avx2", "avxvnni", "avx512"};
     const char *e = getenv("PINFER_CPU");
-    if (!e || !*e || strcmp(e, "avx512") == 0) return 2;
-    if (strcmp(e, "avx2") == 0) return 1;
-    if (strcmp(e, "scalar") == 0) return 0;
-    fprintf(stderr, "pinfer: PINFER_CPU='%s' is not one of avx512, avx2, scalar\n", e);
+    if (!e || !*e) return 3;
+    for (int i = 0; i < 4; i++)
+        if (strcmp(e, levels[i]) == 0) return i;
+    fprintf(stderr, "pinfer: PINFER_CPU='%s' is not one of avx512, avxvnni, avx2, scalar\n", e);
     exit(2);
 }
 
@@ -78,13 +81,13 @@ struct cpu_tables {
         ggml_axpy_kernels_ref(&axpy_ref);
         axpy_best = axpy_ref;
         const int cap = env_cap();
-        const char *capped = cap < 2 ? ", capped by PINFER_CPU" : "";
+        const char *capped = cap < 3 ? ", capped by PINFER_CPU" : "";
         snprintf(variant, sizeof variant, "scalar (reference kernels%s)", capped);
 #ifdef GGML_SIMD_X86
         const ggml_cpu_features &f = *ggml_cpu_get_features();
         const bool avx2 = f.avx2 && f.fma && f.f16c && f.bmi2;
         const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni;
-        if (avx512 && cap >= 2) {
+        if (avx512 && cap >= 3) {
             ggml_cpu_set_kernels_avx512(best, f.avx512bf16, f.avx512vbmi);
             q8x = f.avx512vbmi ? ggml_cpu_q8x_avx512vbmi() : ggml_cpu_q8x_avx512();
             ggml_cpu_set_dot_resid_avx512(dot2, f.avx512vbmi);
@@ -95,7 +98,13 @@ struct cpu_tables {
             ggml_cpu_set_kernels_avx2(best);
             q8x = ggml_cpu_q8x_avx2();
             ggml_cpu_set_dot_resid_avx2(dot2);
-            snprintf(variant, sizeof variant, "avx2 (FMA, F16C%s)", capped);
+            const bool vnni = f.avxvnni && cap >= 2;
+            if (vnni) {
+                ggml_cpu_set_kernels_avxvnni(best);
+                q8x = ggml_cpu_q8x_avxvnni();
+                ggml_cpu_set_dot_resid_avxvnni(dot2);
+            }
+            snprintf(variant, sizeof variant, "avx2 (FMA, F16C%s%s)", vnni ? ", AVX-VNNI" : "", capped);
             name = "avx2";
         }
         // the axpy families ask for less than the dot families

@@ -9,19 +9,10 @@
 #include <type_traits>
 
 #include "ggml-quants.h"
-#include "kquant-scales.h"
+#include "int-dot-avx2.h"
 #include "vec-dot-simd.h"
 
 namespace {
-
-inline float fp16(ggml_fp16_t h) { return _cvtsh_ss(h); }
-
-inline float hsum(__m256 v) {
-    __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
 
 inline int hsum_i32(__m256i v) {
     __m128i r = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -156,202 +147,6 @@ void vec_dot_q8_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
     }
     *s = hsum(_mm256_add_ps(acc0, acc1));
 }
-
-// ---------------------------------------------------------------- K-quants
-//
-// NR activation rows as in the AVX-512 kernels (2 with GGML_PREC_HIGH: a row
-// and its residual vrow bytes on, vec-dot-simd.h): the weights of a
-// superblock are unpacked once. maddubs then madd by the sub-block scales;
-// the scales are spread into dword pairs in vector ops (scalar extraction and
-// one broadcast per chunk cost more than the dot products).
-
-inline const block_q8_K *act_row(const void *vy, size_t vrow, int r) {
-    return (const block_q8_K *)((const char *)vy + (size_t)r * vrow);
-}
-
-// 16 int16 scales w (sub-blocks of 16 elements) -> for chunk c (32 elements)
-// the madd operand: scale 2c in the low 128-bit lane, 2c + 1 in the high one.
-struct scales16 {
-    __m256i a, b;  // a: dwords s0..s3 | s8..s11, b: s4..s7 | s12..s15 (each word of the dword = s)
-    explicit scales16(__m256i w) : a(_mm256_unpacklo_epi16(w, w)), b(_mm256_unpackhi_epi16(w, w)) {}
-    __m256i chunk(int c) const {
-        const __m256i &src = (c / 2) % 2 ? b : a;
-        const int i = 4 * (c / 4) + 2 * (c % 2);
-        return _mm256_permutevar8x32_epi32(src, _mm256_setr_epi32(i, i, i, i, i + 1, i + 1, i + 1, i + 1));
-    }
-};
-// 8 scales of sub-blocks of 32 (bytes 0..7 of sm): for 32-element chunk j one broadcast word
-inline __m256i scale8(__m128i w8, int j) {  // w8: 8 int16
-    return _mm256_broadcastw_epi16(_mm_srli_si128(w8, 2 * j));
-}
-inline __m256i scale8_idx(__m128i w8, int j) {
-    switch (j) {
-        case 0: return scale8(w8, 0);
-        case 1: return scale8(w8, 1);
-        case 2: return scale8(w8, 2);
-        case 3: return scale8(w8, 3);
-        case 4: return scale8(w8, 4);
-        case 5: return scale8(w8, 5);
-        case 6: return scale8(w8, 6);
-        default: return scale8(w8, 7);
-    }
-}
-
-template <int NR>
-void dot_q2_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
-    const block_q2_K *x = (const block_q2_K *)vx;
-    const int64_t nb = n / QK_K;
-    const __m256i m3 = _mm256_set1_epi8(3);
-    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
-    const int ahead = ggml_prefetch_distance;
-    for (int64_t i = 0; i < nb; i++) {
-        ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
-        const __m128i sv = _mm_loadu_si128((const __m128i *)x[i].scales);
-        const scales16 sc(_mm256_cvtepu8_epi16(_mm_and_si128(sv, _mm_set1_epi8(0x0F))));
-        const __m256i mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sv, 4), _mm_set1_epi8(0x0F)));
-        __m256i u[8], scl[8];
-        for (int h = 0; h < 2; h++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
-            for (int j = 0; j < 4; j++) u[4 * h + j] = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3);
-        }
-        for (int c = 0; c < 8; c++) scl[c] = sc.chunk(c);
-        const float xd = fp16(x[i].d), xm = fp16(x[i].dmin);
-        for (int r = 0; r < NR; r++) {
-            const block_q8_K *y = act_row(vy, vrow, r) + i;
-            __m256i sumi = _mm256_setzero_si256();
-            for (int c = 0; c < 8; c++)
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(u[c], _mm256_loadu_si256((const __m256i *)(y->qs + 32 * c))), scl[c]));
-            const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xd), _mm256_cvtepi32_ps(sumi), acc);
-            accm = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xm), _mm256_cvtepi32_ps(mins), accm);
-        }
-    }
-    *s = hsum(acc) - hsum(accm);
-}
-
-template <int NR>
-void dot_q3_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
-    const block_q3_K *x = (const block_q3_K *)vx;
-    const int64_t nb = n / QK_K;
-    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
-    __m256 acc = _mm256_setzero_ps();
-    const int ahead = ggml_prefetch_distance;
-    for (int64_t i = 0; i < nb; i++) {
-        ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
-        const __m256i w16 = q3k_scales16(x[i].scales);
-        const scales16 sc(w16);
-        const __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
-        __m256i u[8], scl[8];
-        for (int h = 0; h < 2; h++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
-            for (int j = 0; j < 4; j++) {
-                const int c = 4 * h + j;
-                // u = low 2 bits | hmask bit c moved straight to bit 2 (0..7); value = u - 4.
-                // A word shift by at most 5 brings nothing from the other byte into bit 2.
-                const __m256i hs = c == 0 ? _mm256_slli_epi16(hm, 2) : c == 1 ? _mm256_slli_epi16(hm, 1) : _mm256_srli_epi16(hm, c - 2);
-                u[c] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3), _mm256_and_si256(hs, four));
-            }
-        }
-        for (int c = 0; c < 8; c++) scl[c] = sc.chunk(c);
-        const float xd = fp16(x[i].d);
-        for (int r = 0; r < NR; r++) {
-            const block_q8_K *y = act_row(vy, vrow, r) + i;
-            // - 4 sum_k sc_k bsums_k in integers
-            __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                            _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), w16), 2));
-            for (int c = 0; c < 8; c++)
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(u[c], _mm256_loadu_si256((const __m256i *)(y->qs + 32 * c))), scl[c]));
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xd), _mm256_cvtepi32_ps(sumi), acc);
-        }
-    }
-    *s = hsum(acc);
-}
-
-// q4_K, q5_K (Q5: a fifth bit per quant): sub-blocks of 32 with scales and mins.
-template <bool Q5, int NR>
-void dot_q45_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
-    using BX = typename std::conditional<Q5, block_q5_K, block_q4_K>::type;
-    const BX *x = (const BX *)vx;
-    const int64_t nb = n / QK_K;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
-    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
-    const int ahead = ggml_prefetch_distance;
-    for (int64_t i = 0; i < nb; i++) {
-        ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
-        const __m128i sm = scales_q45(x[i].scales);
-        const __m128i w8 = _mm_cvtepu8_epi16(sm);
-        const __m256i mn = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));  // min of sub-block k / 2 at word k
-        __m256i qh = _mm256_setzero_si256();
-        if (Q5) qh = _mm256_loadu_si256((const __m256i *)((const block_q5_K *)(const void *)(x + i))->qh);
-        __m256i u[8], scl[8];
-        for (int j = 0; j < 4; j++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
-            u[2 * j] = _mm256_and_si256(q, m4);
-            u[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            if (Q5) {
-                u[2 * j] = _mm256_or_si256(u[2 * j], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one), 4));
-                u[2 * j + 1] = _mm256_or_si256(u[2 * j + 1], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one), 4));
-            }
-        }
-        for (int c = 0; c < 8; c++) scl[c] = scale8_idx(w8, c);
-        const float xd = fp16(x[i].d), xm = fp16(x[i].dmin);
-        for (int r = 0; r < NR; r++) {
-            const block_q8_K *y = act_row(vy, vrow, r) + i;
-            __m256i sumi = _mm256_setzero_si256();
-            for (int c = 0; c < 8; c++)
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(u[c], _mm256_loadu_si256((const __m256i *)(y->qs + 32 * c))), scl[c]));
-            const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xd), _mm256_cvtepi32_ps(sumi), acc);
-            accm = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xm), _mm256_cvtepi32_ps(mins), accm);
-        }
-    }
-    *s = hsum(acc) - hsum(accm);
-}
-
-// q6_K: u = 4 low bits | 2 high bits << 4 (0..63), value u - 32 (through the
-// block sums in integers); 16 sub-blocks of 16 with int8 scales.
-template <int NR>
-void dot_q6_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
-    const block_q6_K *x = (const block_q6_K *)vx;
-    const int64_t nb = n / QK_K;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
-    __m256 acc = _mm256_setzero_ps();
-    const int ahead = ggml_prefetch_distance;
-    for (int64_t i = 0; i < nb; i++) {
-        ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
-        const __m256i w16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
-        const scales16 sc(w16);
-        __m256i u[8], scl[8];
-        for (int h = 0; h < 2; h++) {
-            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
-            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h + 32));
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
-            u[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
-            u[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
-            u[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
-            u[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
-        }
-        for (int c = 0; c < 8; c++) scl[c] = sc.chunk(c);
-        const float xd = fp16(x[i].d);
-        for (int r = 0; r < NR; r++) {
-            const block_q8_K *y = act_row(vy, vrow, r) + i;
-            __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                            _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), w16), 5));
-            for (int c = 0; c < 8; c++)
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(u[c], _mm256_loadu_si256((const __m256i *)(y->qs + 32 * c))), scl[c]));
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xd), _mm256_cvtepi32_ps(sumi), acc);
-        }
-    }
-    *s = hsum(acc);
-}
-
-void vec_dot_q2_K_q8_K(int64_t n, float *s, const void *x, const void *y) { dot_q2_K<1>(n, s, x, y, 0); }
-void vec_dot_q3_K_q8_K(int64_t n, float *s, const void *x, const void *y) { dot_q3_K<1>(n, s, x, y, 0); }
-void vec_dot_q4_K_q8_K(int64_t n, float *s, const void *x, const void *y) { dot_q45_K<false, 1>(n, s, x, y, 0); }
-void vec_dot_q5_K_q8_K(int64_t n, float *s, const void *x, const void *y) { dot_q45_K<true, 1>(n, s, x, y, 0); }
-void vec_dot_q6_K_q8_K(int64_t n, float *s, const void *x, const void *y) { dot_q6_K<1>(n, s, x, y, 0); }
 
 // ---------------------------------------------------------------- floats
 
@@ -610,188 +405,6 @@ void quantize_q8x_avx2(const float *x, void *vy, int64_t k) {
 void q8x_quantize_avx2(const float *x, void *y, int64_t k) { quantize_q8x_avx2<false>(x, y, k); }
 void q8xh_quantize_avx2(const float *x, void *y, int64_t k) { quantize_q8x_avx2<true>(x, y, k); }
 
-// Weight-side unpacking of four blocks into the q8x order, two registers a
-// half: u[h] (low halves of blocks 2h, 2h+1), v[h] (high halves), d and m per
-// lane (lane l of half h: block 2h + l / 4). S: the fixed offset shift
-// (weight = d (u - 2^S)), -1 with a stored minimum (d u + m); SIGNED: int8
-// weights (q8_0), which maddubs takes as |w| against sign(w) y.
-inline __m256 lanes4x(__m128 v, int h) {
-    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), h ? _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3)
-                                                                : _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
-}
-inline __m128 fp16x4_avx2(ggml_fp16_t a, ggml_fp16_t b, ggml_fp16_t c, ggml_fp16_t e) {
-    const uint64_t v = (uint64_t)a | ((uint64_t)b << 16) | ((uint64_t)c << 32) | ((uint64_t)e << 48);
-    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)v));
-}
-inline __m256i load2x16(const void *a, const void *b) {
-    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)a)), _mm_loadu_si128((const __m128i *)b), 1);
-}
-template <class B>
-inline void nibbles4x(const B *x, __m256i *u, __m256i *v) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    for (int h = 0; h < 2; h++) {
-        const __m256i t = load2x16(x[2 * h].qs, x[2 * h + 1].qs);
-        u[h] = _mm256_and_si256(t, m4);
-        v[h] = _mm256_and_si256(_mm256_srli_epi16(t, 4), m4);
-    }
-}
-// Fifth bits: bit j of qh -> 16 in byte j. The qh words of blocks 2h and
-// 2h + 1 in one broadcast qword; one byte shuffle per register takes the qh
-// byte of each element (low halves: bits 0-15, high halves: 16-31), then the
-// element's own bit is tested against a per-byte mask.
-template <class B>
-inline void high4x(const B *x, __m256i *u, __m256i *v) {
-    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL), sixteen = _mm256_set1_epi8(16);
-    const __m256i lo = _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0404040404040404LL, 0x0505050505050505LL);
-    const __m256i hi = _mm256_setr_epi64x(0x0202020202020202LL, 0x0303030303030303LL, 0x0606060606060606LL, 0x0707070707070707LL);
-    for (int h = 0; h < 2; h++) {
-        uint32_t a, b;
-        memcpy(&a, x[2 * h].qh, 4);
-        memcpy(&b, x[2 * h + 1].qh, 4);
-        const __m256i q = _mm256_set1_epi64x((long long)((uint64_t)a | ((uint64_t)b << 32)));
-        auto spread = [&](__m256i sel) {
-            const __m256i t = _mm256_and_si256(_mm256_shuffle_epi8(q, sel), bit);
-            return _mm256_and_si256(_mm256_cmpeq_epi8(t, bit), sixteen);
-        };
-        u[h] = _mm256_or_si256(u[h], spread(lo));
-        v[h] = _mm256_or_si256(v[h], spread(hi));
-    }
-}
-template <class B>
-inline void d4x(const B *x, __m256 *d) {
-    const __m128 f = fp16x4_avx2(x[0].d, x[1].d, x[2].d, x[3].d);
-    d[0] = lanes4x(f, 0);
-    d[1] = lanes4x(f, 1);
-}
-template <class B>
-inline void m4x(const B *x, __m256 *m) {
-    const __m128 f = fp16x4_avx2(x[0].m, x[1].m, x[2].m, x[3].m);
-    m[0] = lanes4x(f, 0);
-    m[1] = lanes4x(f, 1);
-}
-
-struct X2_q4_0 {
-    using B = block_q4_0;
-    static constexpr int S = 3;
-    static constexpr bool SIGNED = false;
-    static void load(const B *x, __m256i *u, __m256i *v, __m256 *d, __m256 *) { nibbles4x(x, u, v); d4x(x, d); }
-};
-struct X2_q4_1 {
-    using B = block_q4_1;
-    static constexpr int S = -1;
-    static constexpr bool SIGNED = false;
-    static void load(const B *x, __m256i *u, __m256i *v, __m256 *d, __m256 *m) { nibbles4x(x, u, v); d4x(x, d); m4x(x, m); }
-};
-struct X2_q5_0 {
-    using B = block_q5_0;
-    static constexpr int S = 4;
-    static constexpr bool SIGNED = false;
-    static void load(const B *x, __m256i *u, __m256i *v, __m256 *d, __m256 *) { nibbles4x(x, u, v); high4x(x, u, v); d4x(x, d); }
-};
-struct X2_q5_1 {
-    using B = block_q5_1;
-    static constexpr int S = -1;
-    static constexpr bool SIGNED = false;
-    static void load(const B *x, __m256i *u, __m256i *v, __m256 *d, __m256 *m) {
-        nibbles4x(x, u, v);
-        high4x(x, u, v);
-        d4x(x, d);
-        m4x(x, m);
-    }
-};
-struct X2_q8_0 {
-    using B = block_q8_0;
-    static constexpr int S = -1;
-    static constexpr bool SIGNED = true;
-    static void load(const B *x, __m256i *u, __m256i *v, __m256 *d, __m256 *) {
-        for (int h = 0; h < 2; h++) {
-            u[h] = load2x16(x[2 * h].qs, x[2 * h + 1].qs);
-            v[h] = load2x16(x[2 * h].qs + 16, x[2 * h + 1].qs + 16);
-        }
-        d4x(x, d);
-    }
-};
-
-// u8 x s8 -> s32 sums of four (maddubs pairs then madd with ones); with SIGNED
-// the weights w are int8: |w| against sign(w) y.
-template <bool SIGNED>
-inline __m256i dot4(__m256i w, __m256i aw, __m256i y) {
-    if (SIGNED) return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(y, w)), _mm256_set1_epi16(1));
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, y), _mm256_set1_epi16(1));
-}
-
-// One weight row against NC (1..4) activation rows, as dot_q8x (q8x-dot.h):
-// the same layout and per-column arithmetic, 256 bits at a time.
-template <class X, int NC, bool H>
-void dot_q8x_avx2(int64_t k, const void *vx, const void *vy, size_t ys, float *s, size_t ss) {
-    constexpr size_t GROUP = H ? GGML_Q8XH_GROUP : GGML_Q8X_GROUP;
-    constexpr size_t DY = H ? 256 : 128, NS = DY + 64, SD = DY + 128;
-    constexpr bool OFF = X::S >= 0, MIN = X::S < 0 && !X::SIGNED;
-    using B = typename X::B;
-    const B *x = (const B *)vx;
-    const int64_t nb = k / 32, ng = (nb + 3) / 4;
-    __m256 acc[NC], accm[NC];
-    for (int c = 0; c < NC; c++) acc[c] = accm[c] = _mm256_setzero_ps();
-    const uint8_t *y0 = (const uint8_t *)vy;
-    B tail[4];
-    const int ahead = ggml_prefetch_distance;
-    for (int64_t g = 0; g < ng; g++) {
-        const B *xg = x + 4 * g;
-        if (nb - 4 * g < 4) {  // the last partial group: zero blocks (d = m = 0) from a copy
-            memset(tail, 0, sizeof(tail));
-            memcpy(tail, xg, sizeof(B) * (size_t)(nb - 4 * g));
-            xg = tail;
-        }
-        ggml_prefetch_chunk(x + 4 * g, 4 * (int)sizeof(B), ahead);
-        __m256i u[2], v[2], au[2], av[2];
-        __m256 dx[2], mx[2];
-        X::load(xg, u, v, dx, mx);
-        if (X::SIGNED)
-            for (int h = 0; h < 2; h++) au[h] = _mm256_sign_epi8(u[h], u[h]), av[h] = _mm256_sign_epi8(v[h], v[h]);
-        const uint8_t *yg = y0 + g * GROUP;
-        for (int c = 0; c < NC; c++) {
-            const uint8_t *yc = yg + c * ys;
-            for (int h = 0; h < 2; h++) {
-                auto ld = [&](size_t off) { return _mm256_loadu_si256((const __m256i *)(yc + off + 32 * h)); };
-                // dot(u, y[o0]) + dot(v, y[o1]) in s32 lanes of four. Unsigned quants
-                // (u <= 31): each maddubs pair is at most 2 * 31 * 127, so the two
-                // pair vectors add exactly in s16 before one madd (by `mul`: 128 for
-                // the q8xh row, which takes the shift of its sum into the madd).
-                auto dot8 = [&](size_t o0, size_t o1, short mul) {
-                    if (X::SIGNED) {
-                        const __m256i p = _mm256_add_epi32(dot4<true>(u[h], au[h], ld(o0)), dot4<true>(v[h], av[h], ld(o1)));
-                        return mul == 1 ? p : _mm256_slli_epi32(p, 7);
-                    }
-                    return _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(u[h], ld(o0)), _mm256_maddubs_epi16(v[h], ld(o1))),
-                                             _mm256_set1_epi16(mul));
-                };
-                __m256i p = H ? _mm256_add_epi32(dot8(0, 64, 128), dot8(128, 192, 1)) : dot8(0, 64, 1);
-                if (OFF) p = _mm256_add_epi32(p, _mm256_slli_epi32(ld(NS), X::S > 0 ? X::S : 0));
-                const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_loadu_ps((const float *)(yc + DY + 32 * h)));
-                acc[c] = _mm256_fmadd_ps(f, dx[h], acc[c]);
-                if (MIN) accm[c] = _mm256_fmadd_ps(mx[h], _mm256_loadu_ps((const float *)(yc + SD + 32 * h)), accm[c]);
-            }
-        }
-    }
-    for (int c = 0; c < NC; c++) *(float *)((char *)s + c * ss) = hsum(MIN ? _mm256_add_ps(acc[c], accm[c]) : acc[c]);
-}
-
-// nc 1..8: up to four columns per pass (16 registers), each column computed
-// the same way whatever the tile.
-template <class X, bool H>
-void dot_q8x_avx2_n(int64_t k, const void *x, const void *y, size_t ys, float *s, size_t ss, int nc) {
-    for (int c0 = 0; c0 < nc; c0 += 4) {
-        const void *yc = (const char *)y + c0 * ys;
-        float *sc = (float *)((char *)s + c0 * ss);
-        switch (nc - c0 >= 4 ? 4 : nc - c0) {
-            case 1: dot_q8x_avx2<X, 1, H>(k, x, yc, ys, sc, ss); break;
-            case 2: dot_q8x_avx2<X, 2, H>(k, x, yc, ys, sc, ss); break;
-            case 3: dot_q8x_avx2<X, 3, H>(k, x, yc, ys, sc, ss); break;
-            default: dot_q8x_avx2<X, 4, H>(k, x, yc, ys, sc, ss); break;
-        }
-    }
-}
-
 // F16 weights x fp16-rounded activations stored as f32 (q8x dot_f16).
 void dot_f16_rows_avx2(int64_t k, const void *vx, const void *vy, size_t ys, float *s, size_t ss, int nc) {
     const ggml_fp16_t *x = (const ggml_fp16_t *)vx;
@@ -823,16 +436,7 @@ ggml_q8x_kernels make_q8x_avx2() {
     q.quantize_hi = q8xh_quantize_avx2;
     q.dot_f16 = dot_f16_rows_avx2;
     q.f16r_convert = f16r_convert_avx2;
-    q.dot[GGML_TYPE_Q4_0] = dot_q8x_avx2_n<X2_q4_0, false>;
-    q.dot[GGML_TYPE_Q4_1] = dot_q8x_avx2_n<X2_q4_1, false>;
-    q.dot[GGML_TYPE_Q5_0] = dot_q8x_avx2_n<X2_q5_0, false>;
-    q.dot[GGML_TYPE_Q5_1] = dot_q8x_avx2_n<X2_q5_1, false>;
-    q.dot[GGML_TYPE_Q8_0] = dot_q8x_avx2_n<X2_q8_0, false>;
-    q.dot_hi[GGML_TYPE_Q4_0] = dot_q8x_avx2_n<X2_q4_0, true>;
-    q.dot_hi[GGML_TYPE_Q4_1] = dot_q8x_avx2_n<X2_q4_1, true>;
-    q.dot_hi[GGML_TYPE_Q5_0] = dot_q8x_avx2_n<X2_q5_0, true>;
-    q.dot_hi[GGML_TYPE_Q5_1] = dot_q8x_avx2_n<X2_q5_1, true>;
-    q.dot_hi[GGML_TYPE_Q8_0] = dot_q8x_avx2_n<X2_q8_0, true>;
+    set_int_dots(nullptr, nullptr, &q);
     // mat-vec too: in cache, one column, faster than this family's vec_dot
     // for every type (Xeon VM: q4_0 14 vs 8, q8_0 25 vs 20 GB/s)
     for (ggml_type t : {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0}) q.min_cols[t] = 1;
@@ -846,13 +450,7 @@ const ggml_q8x_kernels *ggml_cpu_q8x_avx2(void) {
     return &q;
 }
 
-void ggml_cpu_set_dot_resid_avx2(ggml_vec_dot2_t *t) {
-    t[GGML_TYPE_Q2_K] = dot_q2_K<2>;
-    t[GGML_TYPE_Q3_K] = dot_q3_K<2>;
-    t[GGML_TYPE_Q4_K] = dot_q45_K<false, 2>;
-    t[GGML_TYPE_Q5_K] = dot_q45_K<true, 2>;
-    t[GGML_TYPE_Q6_K] = dot_q6_K<2>;
-}
+void ggml_cpu_set_dot_resid_avx2(ggml_vec_dot2_t *t) { set_int_dots(nullptr, t, nullptr); }
 
 void ggml_cpu_set_kernels_avx2(struct ggml_cpu_type_traits *t) {
     t[GGML_TYPE_Q4_0].vec_dot = vec_dot_q4_0_q8_0;
@@ -860,11 +458,7 @@ void ggml_cpu_set_kernels_avx2(struct ggml_cpu_type_traits *t) {
     t[GGML_TYPE_Q5_0].vec_dot = vec_dot_q5_0_q8_0;
     t[GGML_TYPE_Q5_1].vec_dot = vec_dot_q5_1_q8_1;
     t[GGML_TYPE_Q8_0].vec_dot = vec_dot_q8_0_q8_0;
-    t[GGML_TYPE_Q2_K].vec_dot = vec_dot_q2_K_q8_K;
-    t[GGML_TYPE_Q3_K].vec_dot = vec_dot_q3_K_q8_K;
-    t[GGML_TYPE_Q4_K].vec_dot = vec_dot_q4_K_q8_K;
-    t[GGML_TYPE_Q5_K].vec_dot = vec_dot_q5_K_q8_K;
-    t[GGML_TYPE_Q6_K].vec_dot = vec_dot_q6_K_q8_K;
+    set_int_dots(t, nullptr, nullptr);
     t[GGML_TYPE_F32].vec_dot = vec_dot_f32;
     t[GGML_TYPE_F16].vec_dot = vec_dot_f16;
     t[GGML_TYPE_BF16].vec_dot = vec_dot_bf16;

@@ -10,6 +10,9 @@
 #define GGML_SIMD_X86 1
 // AVX2 + FMA + F16C.
 void ggml_cpu_set_kernels_avx2(struct ggml_cpu_type_traits *table);
+// AVX2 + AVX-VNNI: the AVX2 family's integer kernels (K-quants) with
+// vpdpbusd / vpdpwssd (int-dot-avx2.h), over the AVX2 entry's.
+void ggml_cpu_set_kernels_avxvnni(struct ggml_cpu_type_traits *table);
 // AVX-512 F/BW/VL/DQ/VNNI (+BF16 when has_bf16, +VBMI when has_vbmi): calls
 // the AVX2 entry first, then replaces the kernels that gain from 512-bit vectors.
 void ggml_cpu_set_kernels_avx512(struct ggml_cpu_type_traits *table, bool has_bf16, bool has_vbmi);
@@ -22,6 +25,7 @@ void ggml_cpu_set_kernels_avx512(struct ggml_cpu_type_traits *table, bool has_bf
 typedef void (*ggml_vec_dot2_t)(int64_t n, float *s, const void *x, const void *y, size_t vrow);
 #ifdef GGML_SIMD_X86
 void ggml_cpu_set_dot_resid_avx2(ggml_vec_dot2_t *table);    // indexed by ggml_type
+void ggml_cpu_set_dot_resid_avxvnni(ggml_vec_dot2_t *table);
 void ggml_cpu_set_dot_resid_avx512(ggml_vec_dot2_t *table, bool has_vbmi);
 #endif
 // The fused kernel dispatch picked for type t, or NULL (two vec_dot calls).
@@ -136,6 +140,7 @@ struct ggml_q8x_kernels {
 };
 #ifdef GGML_SIMD_X86
 const struct ggml_q8x_kernels *ggml_cpu_q8x_avx2(void);        // needs the AVX2 family
+const struct ggml_q8x_kernels *ggml_cpu_q8x_avxvnni(void);     // ... and AVX-VNNI
 const struct ggml_q8x_kernels *ggml_cpu_q8x_avx512(void);      // needs the AVX-512 family
 const struct ggml_q8x_kernels *ggml_cpu_q8x_avx512vbmi(void);  // ... and AVX-512 VBMI
 #endif
