@@ -34,6 +34,13 @@ inline float hsum(__m256 v) {
     return _mm_cvtss_f32(r);
 }
 
+// v shifted in 16-bit lanes so that the bits from `from` up of each byte land
+// at `to` up: a field inside one byte never takes bits of the other byte of
+// its word (the caller masks the field).
+inline __m256i move_bits(__m256i v, int from, int to) {
+    return from < to ? _mm256_slli_epi16(v, to - from) : from > to ? _mm256_srli_epi16(v, from - to) : v;
+}
+
 // acc + per s32 lane the sum of four u8 x s8 products
 inline __m256i dpbusd(__m256i acc, __m256i u, __m256i s) {
 #if GGML_AVX2_VNNI
@@ -167,7 +174,7 @@ void dot_q45_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow)
     using BX = typename std::conditional<Q5, block_q5_K, block_q4_K>::type;
     const BX *x = (const BX *)vx;
     const int64_t nb = n / QK_K;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
     __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     const int ahead = ggml_prefetch_distance;
     for (int64_t i = 0; i < nb; i++) {
@@ -182,9 +189,9 @@ void dot_q45_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow)
             const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
             u[2 * j] = _mm256_and_si256(q, m4);
             u[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            if (Q5) {
-                u[2 * j] = _mm256_or_si256(u[2 * j], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one), 4));
-                u[2 * j + 1] = _mm256_or_si256(u[2 * j + 1], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one), 4));
+            if (Q5) {  // bit c of qh is the fifth bit of chunk c
+                u[2 * j] = _mm256_or_si256(u[2 * j], _mm256_and_si256(move_bits(qh, 2 * j, 4), b4));
+                u[2 * j + 1] = _mm256_or_si256(u[2 * j + 1], _mm256_and_si256(move_bits(qh, 2 * j + 1, 4), b4));
             }
         }
         for (int c = 0; c < 8; c++) scl[c] = scale8_idx(w8, c);
@@ -208,7 +215,7 @@ template <int NR>
 void dot_q6_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
     const block_q6_K *x = (const block_q6_K *)vx;
     const int64_t nb = n / QK_K;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     __m256 acc = _mm256_setzero_ps();
     const int ahead = ggml_prefetch_distance;
     for (int64_t i = 0; i < nb; i++) {
@@ -220,12 +227,10 @@ void dot_q6_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
             const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
             const __m256i l1 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h + 32));
             const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
-            u[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
-            u[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
-            u[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
-            u[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+            // the high-bit pair of chunk k of this half is bits 2k, 2k + 1 of qh
+            const __m256i lo[4] = {l0, l1, _mm256_srli_epi16(l0, 4), _mm256_srli_epi16(l1, 4)};
+            for (int k = 0; k < 4; k++)
+                u[4 * h + k] = _mm256_or_si256(_mm256_and_si256(lo[k], m4), _mm256_and_si256(move_bits(qh, 2 * k, 4), m30));
         }
         for (int c = 0; c < 8; c++) scl[c] = sc.chunk(c);
         const float xd = fp16(x[i].d);
