@@ -152,6 +152,12 @@ inline const block_q8_K *act_row(const void *vy, size_t vrow, int r) {
     return (const block_q8_K *)((const char *)vy + (size_t)r * vrow);
 }
 
+// v shifted in 16-bit lanes so that the bits from `from` up of each byte land
+// at `to` up (a field inside one byte takes no bit of the word's other byte).
+inline __m512i move_bits(__m512i v, int from, int to) {
+    return from < to ? _mm512_slli_epi16(v, to - from) : from > to ? _mm512_srli_epi16(v, from - to) : v;
+}
+
 // q2_K / q3_K register m holds elements 64m .. 64m + 63 in order, so the
 // activations are plain 64-byte loads. Byte l of the quants' half h = m / 2
 // holds element 128h + 32j + l at shift 2j: the 32 bytes of that half are
@@ -300,7 +306,7 @@ void dot_q45_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow)
     using BX = typename std::conditional<Q5, block_q5_K, block_q4_K>::type;
     const BX *x = (const BX *)vx;
     const int64_t nb = n / QK_K;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
     __m512 acc = _mm512_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
     const int ahead = ggml_prefetch_distance;
@@ -322,9 +328,9 @@ void dot_q45_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow)
             const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
             u[2 * h] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
             u[2 * h + 1] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
-            if (Q5) {
-                u[2 * h] = _mm512_or_si512(u[2 * h], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(q2, 4 * h), one), 4));
-                u[2 * h + 1] = _mm512_or_si512(u[2 * h + 1], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(q2, 4 * h + 2), one), 4));
+            if (Q5) {  // the bit shifted straight to bit 4 (no bit of the word's other byte reaches it), merged by u | (b & 16)
+                u[2 * h] = _mm512_ternarylogic_epi32(u[2 * h], move_bits(q2, 4 * h, 4), b4, 0xF8);
+                u[2 * h + 1] = _mm512_ternarylogic_epi32(u[2 * h + 1], move_bits(q2, 4 * h + 2, 4), b4, 0xF8);
             }
         }
         for (int k = 0; k < 4; k++) scr[k] = _mm512_permutexvar_epi16(idx[k], sc);
