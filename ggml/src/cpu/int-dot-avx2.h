@@ -98,6 +98,20 @@ inline __m256i scale8_idx(__m128i w8, int j) {
     }
 }
 
+// sumi + the superblock's sub-block dots: chunk c (32 weights u[c]) against
+// activations 32c .. 32c + 31, scaled by scl[c] (a scale per 16-element lane).
+inline __m256i dot_chunks(const block_q8_K *y, const __m256i *u, const __m256i *scl, __m256i sumi) {
+    for (int c = 0; c < 8; c++) sumi = dpwssd(sumi, _mm256_maddubs_epi16(u[c], _mm256_loadu_si256((const __m256i *)(y->qs + 32 * c))), scl[c]);
+    return sumi;
+}
+// One activation row's part of a superblock with scales and mins (q2_K,
+// q4_K, q5_K): d dy sumi into acc, dmin dy (mins . bsums) into accm.
+inline void add_scaled_min(const block_q8_K *y, __m256i sumi, __m256i mn, float xd, float xm, __m256 *acc, __m256 *accm) {
+    const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn);
+    *acc = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xd), _mm256_cvtepi32_ps(sumi), *acc);
+    *accm = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xm), _mm256_cvtepi32_ps(mins), *accm);
+}
+
 template <int NR>
 void dot_q2_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
     const block_q2_K *x = (const block_q2_K *)vx;
@@ -119,12 +133,7 @@ void dot_q2_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
         const float xd = fp16(x[i].d), xm = fp16(x[i].dmin);
         for (int r = 0; r < NR; r++) {
             const block_q8_K *y = act_row(vy, vrow, r) + i;
-            __m256i sumi = _mm256_setzero_si256();
-            for (int c = 0; c < 8; c++)
-                sumi = dpwssd(sumi, _mm256_maddubs_epi16(u[c], _mm256_loadu_si256((const __m256i *)(y->qs + 32 * c))), scl[c]);
-            const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xd), _mm256_cvtepi32_ps(sumi), acc);
-            accm = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xm), _mm256_cvtepi32_ps(mins), accm);
+            add_scaled_min(y, dot_chunks(y, u, scl, _mm256_setzero_si256()), mn, xd, xm, &acc, &accm);
         }
     }
     *s = hsum(acc) - hsum(accm);
@@ -160,8 +169,7 @@ void dot_q3_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
             // - 4 sum_k sc_k bsums_k in integers
             __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(),
                                             _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), w16), 2));
-            for (int c = 0; c < 8; c++)
-                sumi = dpwssd(sumi, _mm256_maddubs_epi16(u[c], _mm256_loadu_si256((const __m256i *)(y->qs + 32 * c))), scl[c]);
+            sumi = dot_chunks(y, u, scl, sumi);
             acc = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xd), _mm256_cvtepi32_ps(sumi), acc);
         }
     }
@@ -198,12 +206,7 @@ void dot_q45_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow)
         const float xd = fp16(x[i].d), xm = fp16(x[i].dmin);
         for (int r = 0; r < NR; r++) {
             const block_q8_K *y = act_row(vy, vrow, r) + i;
-            __m256i sumi = _mm256_setzero_si256();
-            for (int c = 0; c < 8; c++)
-                sumi = dpwssd(sumi, _mm256_maddubs_epi16(u[c], _mm256_loadu_si256((const __m256i *)(y->qs + 32 * c))), scl[c]);
-            const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xd), _mm256_cvtepi32_ps(sumi), acc);
-            accm = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xm), _mm256_cvtepi32_ps(mins), accm);
+            add_scaled_min(y, dot_chunks(y, u, scl, _mm256_setzero_si256()), mn, xd, xm, &acc, &accm);
         }
     }
     *s = hsum(acc) - hsum(accm);
@@ -238,8 +241,7 @@ void dot_q6_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
             const block_q8_K *y = act_row(vy, vrow, r) + i;
             __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(),
                                             _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), w16), 5));
-            for (int c = 0; c < 8; c++)
-                sumi = dpwssd(sumi, _mm256_maddubs_epi16(u[c], _mm256_loadu_si256((const __m256i *)(y->qs + 32 * c))), scl[c]);
+            sumi = dot_chunks(y, u, scl, sumi);
             acc = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xd), _mm256_cvtepi32_ps(sumi), acc);
         }
     }

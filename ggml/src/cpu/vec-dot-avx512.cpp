@@ -158,6 +158,14 @@ inline __m512i move_bits(__m512i v, int from, int to) {
     return from < to ? _mm512_slli_epi16(v, to - from) : from > to ? _mm512_srli_epi16(v, from - to) : v;
 }
 
+// One activation row's part of a superblock with scales and mins (q2_K,
+// q4_K, q5_K): d dy sumi into acc, dmin dy (mins . bsums) into accm.
+inline void add_scaled_min(const block_q8_K *y, __m512i sumi, __m256i mn, float xd, float xm, __m512 *acc, __m256 *accm) {
+    const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn);
+    *acc = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), *acc);
+    *accm = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xm), _mm256_cvtepi32_ps(mins), *accm);
+}
+
 // q2_K / q3_K register m holds elements 64m .. 64m + 63 in order, so the
 // activations are plain 64-byte loads. Byte l of the quants' half h = m / 2
 // holds element 128h + 32j + l at shift 2j: the 32 bytes of that half are
@@ -195,9 +203,7 @@ void dot_q2_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
             __m512i sumi = _mm512_setzero_si512();
             for (int m = 0; m < 4; m++)
                 sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(u[m], _mm512_loadu_si512(y->qs + 64 * m)), scm[m]);
-            const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn);
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), acc);
-            accm = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xm), _mm256_cvtepi32_ps(mins), accm);
+            add_scaled_min(y, sumi, mn, xd, xm, &acc, &accm);
         }
     }
     *s = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(accm));
@@ -242,9 +248,7 @@ __attribute__((target("avx512vbmi"))) void dot_q2_K_vbmi(int64_t n, float *s, co
             const block_q8_K *y = act_row<NR>(vy, vrow, r) + i;
             __m512i sumi = _mm512_setzero_si512();
             for (int m = 0; m < 4; m++) sumi = _mm512_dpbusd_epi32(sumi, w[m], _mm512_loadu_si512(y->qs + 64 * m));
-            const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn);
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), acc);
-            accm = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xm), _mm256_cvtepi32_ps(mins), accm);
+            add_scaled_min(y, sumi, mn, xd, xm, &acc, &accm);
         }
     }
     *s = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(accm));
@@ -337,13 +341,10 @@ void dot_q45_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow)
         const float xd = fp16(x[i].d), xm = fp16(x[i].dmin);
         for (int r = 0; r < NR; r++) {
             const block_q8_K *y = act_row<NR>(vy, vrow, r) + i;
-            // sum over sub-blocks j of mn[j] * (bsums[2j] + bsums[2j+1])
-            const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn);
             __m512i sumi = _mm512_setzero_si512();
             for (int k = 0; k < 4; k++)
                 sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(u[k], _mm512_loadu_si512(y->qs + 64 * k)), scr[k]);
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), acc);
-            accm = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xm), _mm256_cvtepi32_ps(mins), accm);
+            add_scaled_min(y, sumi, mn, xd, xm, &acc, &accm);  // mn[j]: sub-block j / 2's min, against bsums[j]
         }
     }
     *s = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(accm));
