@@ -120,8 +120,8 @@ __attribute__((always_inline)) inline void q8x_tile(int64_t ng, Load &&load, con
                     } else {
                         pa = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r].ua, qa), 7);
                         pb = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r].ub, qb), 7);
-                        pa = _mm512_add_epi32(_mm512_dpbusd_epi32(pa, w[r].ua, _mm512_loadu_si512(yc + 128)), inita);
-                        pb = _mm512_add_epi32(_mm512_dpbusd_epi32(pb, w[r].ub, _mm512_loadu_si512(yc + 192)), initb);
+                        pa = _mm512_add_epi32(_mm512_dpbusd_epi32(inita, w[r].ua, _mm512_loadu_si512(yc + 128)), pa);
+                        pb = _mm512_add_epi32(_mm512_dpbusd_epi32(initb, w[r].ub, _mm512_loadu_si512(yc + 192)), pb);
                     }
                     acc[r][c] = _mm512_fmadd_ps(_mm512_fmsub_ps(_mm512_castsi512_ps(pa), dy, dm), w[r].d, acc[r][c]);
                     acc[r][c] = _mm512_fmadd_ps(_mm512_fmsub_ps(_mm512_castsi512_ps(pb), dy, dm), w[r].m, acc[r][c]);
@@ -130,12 +130,14 @@ __attribute__((always_inline)) inline void q8x_tile(int64_t ng, Load &&load, con
                 __m512i p;
                 if (!H) {
                     p = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, w[r].ua, qa), w[r].ub, qb);
-                } else {  // 128 dot(u, q) + dot(u, q2) + offset: |.| < 2^24 per lane, exact in int32
-                    p = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r].ua, qa), w[r].ub, qb);
-                    p = _mm512_slli_epi32(p, 7);
-                    p = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(p, w[r].ua, _mm512_loadu_si512(yc + 128)), w[r].ub,
-                                            _mm512_loadu_si512(yc + 192));
-                    if (OFF || MAGIC) p = _mm512_add_epi32(p, hinit);
+                } else {  // 128 dot(u, q) + dot(u, q2) + offset: |.| < 2^24 per lane, exact in int32;
+                          // two independent chains of two vpdpbusd (not one of four: a shorter
+                          // critical path per group leaves the out-of-order window to the loads)
+                    const __m512i p1 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r].ua, qa), w[r].ub, qb);
+                    const __m512i p2 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(OFF || MAGIC ? hinit : _mm512_setzero_si512(), w[r].ua,
+                                                                               _mm512_loadu_si512(yc + 128)),
+                                                           w[r].ub, _mm512_loadu_si512(yc + 192));
+                    p = _mm512_add_epi32(_mm512_slli_epi32(p1, 7), p2);
                 }
                 const __m512 f = MAGIC ? _mm512_fmsub_ps(_mm512_castsi512_ps(p), dy, dm) : _mm512_mul_ps(_mm512_cvtepi32_ps(p), dy);
                 acc[r][c] = _mm512_fmadd_ps(f, w[r].d, acc[r][c]);
