@@ -50,11 +50,14 @@ static inline void ggml_prefetch_line(const char *p) {
     __builtin_prefetch(p, 0, 3);
 #endif
 }
+// One prefetch per 64 bytes of the chunk: the callers' chunks follow each
+// other in memory, so consecutive prefetched addresses are at most 64 bytes
+// apart and every line of the stream is touched (a chunk's last byte needs
+// no prefetch of its own: the next chunk's first one covers its line).
 static inline void ggml_prefetch_chunk(const void *p, int bytes, int ahead) {
     if (!ahead) return;
     const char *q = (const char *)p + ahead;
     for (int o = 0; o < bytes; o += 64) ggml_prefetch_line(q + o);
-    ggml_prefetch_line(q + bytes - 1);
 }
 
 // ---- "q8x": MUL_MAT's internal activation layout for the 32-element block
