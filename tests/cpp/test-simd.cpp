@@ -450,7 +450,7 @@ int main() {
     const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                         __builtin_cpu_supports("avx512vnni");
-    // dispatch must pick the widest family the CPU has, capped by PINFER_CPU (dispatch.cpp)
+    // dispatch must pick the widest family the CPU has, capped by PINFER_CPU (cpu-type-traits.cpp)
     const char *cap = getenv("PINFER_CPU");
     const int allow = !cap || !*cap || strcmp(cap, "avx512") == 0 ? 3
                       : strcmp(cap, "avxvnni") == 0                ? 2
