@@ -278,6 +278,18 @@ void dot_q8xh_n(int64_t k, const void *x, const void *y, size_t ys, float *s, si
     dot_q8x_n<X, true>(k, x, y, ys, s, ss, nc);
 }
 
+// Per 32-bit lane l of a group (four blocks, block l / 4) of superblock half
+// h: the sub-block index 4h + l / 4, and that index as a bit in every byte
+// (the qh / hmask bit of the lane's block). bytes_test: which of 16 bytes at
+// p, repeated in the four lanes, have that bit.
+inline __m512i lane_blocks(int h) {
+    return _mm512_add_epi32(_mm512_set1_epi32(4 * h), _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+}
+inline __m512i lane_block_bits(int h) { return _mm512_sllv_epi32(_mm512_set1_epi32(0x01010101), lane_blocks(h)); }
+inline __mmask64 bytes_test(const uint8_t *p, __m512i bit) {
+    return _mm512_test_epi8_mask(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p)), bit);
+}
+
 // ---- K-quants with sub-blocks of 32 (q4_K, q5_K) in the q8x form ----
 // Sub-block j of a superblock, weight = (d sc_j) u - (dmin m_j), is a
 // q4_1-like block with scale d sc_j and minimum -dmin m_j (both exact in
@@ -300,19 +312,14 @@ struct XK {
         w->ua = _mm512_and_si512(_mm512_srlv_epi16(_mm512_shuffle_i64x2(q, q, 0xA0), cnt), m4);  // lanes 0 0 2 2
         w->ub = _mm512_and_si512(_mm512_srlv_epi16(_mm512_shuffle_i64x2(q, q, 0xF5), cnt), m4);  // lanes 1 1 3 3
         if (Q5) {
-            const __m512i bit = _mm512_sllv_epi32(_mm512_set1_epi32(0x01010101),
-                                                  _mm512_add_epi32(_mm512_set1_epi32(4 * h),
-                                                                   _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3)));
+            const __m512i bit = lane_block_bits(h), sixteen = _mm512_set1_epi8(16);
             const uint8_t *qh = ((const block_q5_K *)(const void *)b)->qh;
-            const __m512i sixteen = _mm512_set1_epi8(16);
-            const __mmask64 ka = _mm512_test_epi8_mask(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)qh)), bit);
-            const __mmask64 kb = _mm512_test_epi8_mask(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(qh + 16))), bit);
-            w->ua = _mm512_mask_add_epi8(w->ua, ka, w->ua, sixteen);
-            w->ub = _mm512_mask_add_epi8(w->ub, kb, w->ub, sixteen);
+            w->ua = _mm512_mask_add_epi8(w->ua, bytes_test(qh, bit), w->ua, sixteen);
+            w->ub = _mm512_mask_add_epi8(w->ub, bytes_test(qh + 16, bit), w->ub, sixteen);
         }
         // scales_q45: bytes 0..7 the sub-blocks' scales, 8..15 their mins
         const __m512i s32 = _mm512_cvtepu8_epi32(scales_q45(b->scales));
-        const __m512i ix = _mm512_add_epi32(_mm512_set1_epi32(4 * h), _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+        const __m512i ix = lane_blocks(h);
         w->d = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(ix, s32)), _mm512_set1_ps(_cvtsh_ss(b->d)));
         w->m = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(_mm512_add_epi32(ix, _mm512_set1_epi32(8)), s32)),
                              _mm512_set1_ps(-_cvtsh_ss(b->dmin)));
@@ -376,14 +383,11 @@ struct XK3 {
         const int h = (int)(g & 1);
         const __m512i cnt = shifts_2b();
         const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
-        const __m512i bit = _mm512_sllv_epi32(_mm512_set1_epi32(0x01010101),
-                                              _mm512_add_epi32(_mm512_set1_epi32(4 * h),
-                                                               _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3)));
+        const __m512i bit = lane_block_bits(h);
         const uint8_t *qs = b->qs + 32 * h;
         auto half = [&](int o) {  // elements o .. o + 15 of the four blocks
             const __m512i lo = _mm512_and_si512(_mm512_srlv_epi16(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(qs + o))), cnt), m3);
-            const __mmask64 k = _mm512_test_epi8_mask(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(b->hmask + o))), bit);
-            return _mm512_mask_add_epi8(lo, k, lo, four);
+            return _mm512_mask_add_epi8(lo, bytes_test(b->hmask + o, bit), lo, four);
         };
         w->ua = half(0);
         w->ub = half(16);

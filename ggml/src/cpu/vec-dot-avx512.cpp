@@ -185,6 +185,9 @@ inline __m512i quants_2bit(const uint8_t *qs, int m, __m512i shift) {
     return _mm512_and_si512(_mm512_srlv_epi16(q, shift), _mm512_set1_epi8(3));
 }
 
+// q2_K's 16 mins (the high nibbles of its scale bytes sv) as words.
+inline __m256i q2k_mins(__m128i sv) { return _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sv, 4), _mm_set1_epi8(0x0F))); }
+
 // q2_K: 16 sub-blocks of 16, 4-bit scales and mins; u = 2-bit quants.
 template <int NR>
 void dot_q2_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
@@ -199,7 +202,7 @@ void dot_q2_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
         ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
         const __m128i sv = _mm_loadu_si128((const __m128i *)x[i].scales);
         const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sv, _mm_set1_epi8(0x0F))));
-        const __m256i mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sv, 4), _mm_set1_epi8(0x0F)));
+        const __m256i mn = q2k_mins(sv);
         __m512i u[4], scm[4];
         for (int m = 0; m < 4; m++) {
             u[m] = quants_2bit(x[i].qs, m, sh[m]);
@@ -242,7 +245,7 @@ __attribute__((target("avx512vbmi"))) void dot_q2_K_vbmi(int64_t n, float *s, co
         const __m512i sc = _mm512_castsi128_si512(_mm_and_si128(sv, _mm_set1_epi8(0x0F)));
         const __m512i s2 = _mm512_maskz_permutexvar_epi8(two, tsc[0], sc);
         const __m512i table = _mm512_add_epi8(_mm512_maskz_permutexvar_epi8(odd, tsc[0], sc), _mm512_add_epi8(s2, s2));
-        const __m256i mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sv, 4), _mm_set1_epi8(0x0F)));
+        const __m256i mn = q2k_mins(sv);
         __m512i w[4];
         for (int m = 0; m < 4; m++) {
             const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * (m >> 1))));
