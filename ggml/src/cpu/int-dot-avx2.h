@@ -409,74 +409,182 @@ struct by_group : std::false_type {};
 template <class X>
 struct by_group<X, std::void_t<decltype(X::BY_GROUP)>> : std::integral_constant<bool, X::BY_GROUP> {};
 
-// u8 x s8 -> s32 sums of four (maddubs pairs then madd with ones); with SIGNED
-// the weights w are int8: |w| against sign(w) y.
-template <bool SIGNED>
-inline __m256i dot4(__m256i w, __m256i aw, __m256i y) {
-    if (SIGNED) return dpbusd(_mm256_setzero_si256(), aw, _mm256_sign_epi8(y, w));
-    return dpbusd(_mm256_setzero_si256(), w, y);
+// One group of four weight blocks unpacked into the q8x order: u (low
+// halves), v (high halves), d and m by half h of the group; as registers, or
+// as the 256 bytes it takes in an unpacked row (the AVX-512 q8x_wgroup layout).
+struct wgroup2 {
+    __m256i u[2], v[2];
+    __m256 d[2], m[2];
+};
+static_assert(sizeof(wgroup2) == 256, "ggml_q8x_unpacked_size: 256 bytes a group");
+
+// Group g of a packed row of nb 32-element blocks (or of K-quant superblock
+// halves) into w, prefetching ahead of it.
+template <class X>
+inline void load_group2(const typename X::B *x, int64_t nb, int64_t g, wgroup2 *w) {
+    using B = typename X::B;
+    const int ahead = ggml_prefetch_distance;
+    w->m[0] = w->m[1] = _mm256_setzero_ps();
+    if constexpr (by_group<X>::value) {  // half a superblock, never partial (k % 256 == 0)
+        ggml_prefetch_chunk((const char *)x + g * (int64_t)sizeof(B) / 2, (int)sizeof(B) / 2, ahead);
+        X::group(x, g, w->u, w->v, w->d, w->m);
+    } else {
+        const B *xg = x + 4 * g;
+        B tail[4];
+        if (nb - 4 * g < 4) {  // the last partial group: zero blocks (d = m = 0) from a copy
+            memset(tail, 0, sizeof(tail));
+            memcpy(tail, xg, sizeof(B) * (size_t)(nb - 4 * g));
+            xg = tail;
+        }
+        ggml_prefetch_chunk(x + 4 * g, 4 * (int)sizeof(B), ahead);
+        X::load(xg, w->u, w->v, w->d, w->m);
+    }
 }
 
-// One weight row against NC (1..4) activation rows, as dot_q8x (q8x-dot.h):
-// the same layout and per-column arithmetic, 256 bits at a time.
-template <class X, int NC, bool H>
-void dot_q8x_avx2(int64_t k, const void *vx, const void *vy, size_t ys, float *s, size_t ss) {
+// The q8x tile core of this family, as q8x_tile (q8x-dot.h) 256 bits at a
+// time: NR weight rows against NC activation rows (one activation group and
+// its scales loaded once for all NR rows, a weight group once for all NC
+// columns), the result of row r and column c to s[r] + c * ss bytes, or the
+// accumulators to and from accv (16 floats an element: acc, then accm;
+// element (r, c) at vector r * ars + c) as GGML_Q8X_ACC_* in flags say.
+// Per element, row and column the same arithmetic whatever NR and NC are:
+// the integer dot of a half's u and v with the activations, started at the
+// offset (ns << S) plus the bits of the float 1.5 2^23, read as a float and
+// taken times dy by one fmsub (round(sum dy), the value a conversion and a
+// multiply give, since |sum| < 2^22: u + o <= 31 and q8xh's |128 q + q2| <=
+// 16320; q8_0 with q8xh goes through a conversion), then one fma with the
+// weight scale, and the stored minimum through m . sd into accm.
+template <class X, int NR, int NC, bool H, class Load>
+__attribute__((always_inline)) inline void q8x_tile2(int64_t ng, Load &&load, const uint8_t *y0, size_t ys, float *s, size_t ss,
+                                                     float *accv, int ars, int flags) {
     constexpr size_t GROUP = H ? GGML_Q8XH_GROUP : GGML_Q8X_GROUP;
     constexpr size_t DY = H ? 256 : 128, NS = DY + 64, SD = DY + 128;
-    constexpr bool OFF = X::S >= 0, MIN = X::S < 0 && !X::SIGNED;
-    using B = typename X::B;
-    const B *x = (const B *)vx;
-    const int64_t nb = k / 32, ng = (nb + 3) / 4;
-    __m256 acc[NC], accm[NC];
-    for (int c = 0; c < NC; c++) acc[c] = accm[c] = _mm256_setzero_ps();
-    const uint8_t *y0 = (const uint8_t *)vy;
-    const int ahead = ggml_prefetch_distance;
-    for (int64_t g = 0; g < ng; g++) {
-        __m256i u[2], v[2], au[2], av[2];
-        __m256 dx[2], mx[2];
-        if constexpr (by_group<X>::value) {  // half a superblock, never partial (k % 256 == 0)
-            ggml_prefetch_chunk((const char *)x + g * (int64_t)sizeof(B) / 2, (int)sizeof(B) / 2, ahead);
-            X::group(x, g, u, v, dx, mx);
-        } else {
-            const B *xg = x + 4 * g;
-            B tail[4];
-            if (nb - 4 * g < 4) {  // the last partial group: zero blocks (d = m = 0) from a copy
-                memset(tail, 0, sizeof(tail));
-                memcpy(tail, xg, sizeof(B) * (size_t)(nb - 4 * g));
-                xg = tail;
-            }
-            ggml_prefetch_chunk(x + 4 * g, 4 * (int)sizeof(B), ahead);
-            X::load(xg, u, v, dx, mx);
+    constexpr bool OFF = X::S >= 0, MIN = X::S < 0 && !X::SIGNED, MAGIC = !(H && X::SIGNED);
+    const __m256i magic = _mm256_set1_epi32(MAGIC ? 0x4B400000 : 0);
+    __m256 acc[NR][NC], accm[NR][NC];
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) {
+            float *a = accv + 16 * (r * ars + c);
+            const bool first = flags & GGML_Q8X_ACC_FIRST;
+            acc[r][c] = first ? _mm256_setzero_ps() : _mm256_load_ps(a);
+            accm[r][c] = first || !MIN ? _mm256_setzero_ps() : _mm256_load_ps(a + 8);
         }
-        if (X::SIGNED)
-            for (int h = 0; h < 2; h++) au[h] = _mm256_sign_epi8(u[h], u[h]), av[h] = _mm256_sign_epi8(v[h], v[h]);
+    for (int64_t g = 0; g < ng; g++) {
+        wgroup2 tmp[NR];
+        const wgroup2 *w[NR];
+        __m256i au[NR][2], av[NR][2];  // SIGNED: |w| (once a group, not once a column)
+        for (int r = 0; r < NR; r++) {
+            w[r] = load(r, g, &tmp[r]);
+            if (X::SIGNED)
+                for (int h = 0; h < 2; h++) au[r][h] = _mm256_sign_epi8(w[r]->u[h], w[r]->u[h]), av[r][h] = _mm256_sign_epi8(w[r]->v[h], w[r]->v[h]);
+        }
         const uint8_t *yg = y0 + g * GROUP;
         for (int c = 0; c < NC; c++) {
             const uint8_t *yc = yg + c * ys;
             for (int h = 0; h < 2; h++) {
                 auto ld = [&](size_t off) { return _mm256_loadu_si256((const __m256i *)(yc + off + 32 * h)); };
-                // dot(u, y[o0]) + dot(v, y[o1]) in s32 lanes of four, times `mul` (128
-                // for the q8xh row). Without VNNI, unsigned quants (u <= 31): each
-                // maddubs pair is at most 2 * 31 * 127, so the two pair vectors add
-                // exactly in s16 before one madd, which takes the multiplier too.
-                auto dot8 = [&](size_t o0, size_t o1, short mul) {
-                    if (X::SIGNED || GGML_AVX2_VNNI) {
-                        const __m256i p = X::SIGNED ? _mm256_add_epi32(dot4<true>(u[h], au[h], ld(o0)), dot4<true>(v[h], av[h], ld(o1)))
-                                                    : dpbusd(dpbusd(_mm256_setzero_si256(), u[h], ld(o0)), v[h], ld(o1));
-                        return mul == 1 ? p : _mm256_slli_epi32(p, 7);
-                    }
-                    return _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(u[h], ld(o0)), _mm256_maddubs_epi16(v[h], ld(o1))),
-                                             _mm256_set1_epi16(mul));
-                };
-                __m256i p = H ? _mm256_add_epi32(dot8(0, 64, 128), dot8(128, 192, 1)) : dot8(0, 64, 1);
-                if (OFF) p = _mm256_add_epi32(p, _mm256_slli_epi32(ld(NS), X::S > 0 ? X::S : 0));
-                const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_loadu_ps((const float *)(yc + DY + 32 * h)));
-                acc[c] = _mm256_fmadd_ps(f, dx[h], acc[c]);
-                if (MIN) accm[c] = _mm256_fmadd_ps(mx[h], _mm256_loadu_ps((const float *)(yc + SD + 32 * h)), accm[c]);
+                const __m256 dy = _mm256_loadu_ps((const float *)(yc + DY + 32 * h));
+                const __m256 dm = _mm256_mul_ps(dy, _mm256_set1_ps(12582912.0f));  // 1.5 2^23 dy, exact (dy is an fp16 value)
+                const __m256i init = OFF ? _mm256_add_epi32(_mm256_slli_epi32(ld(NS), OFF ? X::S : 0), magic) : magic;
+                for (int r = 0; r < NR; r++) {
+                    const __m256i u = w[r]->u[h], v = w[r]->v[h];
+                    // dot(u, y[o0]) + dot(v, y[o1]) in s32 lanes of four, started at i
+                    // (VNNI) or with i added, times 128 for the q8xh row (then from 0).
+                    // Without VNNI, unsigned quants (u <= 31): each maddubs pair is at
+                    // most 2 * 31 * 127, so the two pair vectors add exactly in s16
+                    // before one madd, which takes the multiplier too.
+                    auto dot8 = [&](size_t o0, size_t o1, bool hi, __m256i i) {
+                        if (X::SIGNED) {  // int8 weights: |w| against sign(w) y
+                            const __m256i p = dpbusd(dpbusd(_mm256_setzero_si256(), au[r][h], _mm256_sign_epi8(ld(o0), u)), av[r][h],
+                                                     _mm256_sign_epi8(ld(o1), v));
+                            return _mm256_add_epi32(hi ? _mm256_slli_epi32(p, 7) : p, i);
+                        }
+                        if (GGML_AVX2_VNNI) {
+                            const __m256i p = dpbusd(dpbusd(hi ? _mm256_setzero_si256() : i, u, ld(o0)), v, ld(o1));
+                            return hi ? _mm256_add_epi32(_mm256_slli_epi32(p, 7), i) : p;
+                        }
+                        const __m256i p = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(u, ld(o0)), _mm256_maddubs_epi16(v, ld(o1))),
+                                                            _mm256_set1_epi16(hi ? 128 : 1));
+                        return _mm256_add_epi32(p, i);
+                    };
+                    const __m256i p = H ? dot8(0, 64, true, dot8(128, 192, false, init)) : dot8(0, 64, false, init);
+                    const __m256 f = MAGIC ? _mm256_fmsub_ps(_mm256_castsi256_ps(p), dy, dm) : _mm256_mul_ps(_mm256_cvtepi32_ps(p), dy);
+                    acc[r][c] = _mm256_fmadd_ps(f, w[r]->d[h], acc[r][c]);
+                    if (MIN) accm[r][c] = _mm256_fmadd_ps(w[r]->m[h], _mm256_loadu_ps((const float *)(yc + SD + 32 * h)), accm[r][c]);
+                }
             }
         }
     }
-    for (int c = 0; c < NC; c++) *(float *)((char *)s + c * ss) = hsum(MIN ? _mm256_add_ps(acc[c], accm[c]) : acc[c]);
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) {
+            if (flags & GGML_Q8X_ACC_LAST) {
+                *(float *)((char *)(s + r) + c * ss) = hsum(MIN ? _mm256_add_ps(acc[r][c], accm[r][c]) : acc[r][c]);
+            } else {
+                float *a = accv + 16 * (r * ars + c);
+                _mm256_store_ps(a, acc[r][c]);
+                _mm256_store_ps(a + 8, accm[r][c]);
+            }
+        }
+}
+
+// One weight row in its own format against NC (1..4) activation rows.
+template <class X, int NC, bool H>
+void dot_q8x_avx2(int64_t k, const void *vx, const void *vy, size_t ys, float *s, size_t ss) {
+    const typename X::B *x = (const typename X::B *)vx;
+    const int64_t nb = k / 32, ng = (nb + 3) / 4;
+    auto load = [&](int, int64_t g, wgroup2 *w) {
+        load_group2<X>(x, nb, g, w);
+        return (const wgroup2 *)w;
+    };
+    q8x_tile2<X, 1, NC, H>(ng, load, (const uint8_t *)vy, ys, s, ss, nullptr, 0, GGML_Q8X_ACC_FIRST | GGML_Q8X_ACC_LAST);
+}
+
+// A weight row unpacked once, group by group (ggml_q8x_unpacked_size), for
+// the prompt kernels: the unpacking is paid once per row block and prompt,
+// not once per column tile.
+template <class X>
+void unpack_q8x_avx2(int64_t k, const void *vx, void *vu) {
+    const typename X::B *x = (const typename X::B *)vx;
+    const int64_t nb = k / 32, ng = (nb + 3) / 4;
+    wgroup2 *u = (wgroup2 *)vu;
+    for (int64_t g = 0; g < ng; g++) {
+        wgroup2 w;
+        load_group2<X>(x, nb, g, &w);
+        for (int h = 0; h < 2; h++) {
+            _mm256_store_si256(&u[g].u[h], w.u[h]);
+            _mm256_store_si256(&u[g].v[h], w.v[h]);
+            _mm256_store_ps((float *)&u[g].d[h], w.d[h]);
+            _mm256_store_ps((float *)&u[g].m[h], w.m[h]);
+        }
+    }
+}
+
+// GGML_Q8X_GEMM_ROWS unpacked rows (u, u + us bytes, ...) against NC
+// activation rows, ng groups of them (acc, flags: see q8x_tile2), as register
+// tiles of two rows by two columns (8 accumulators of the 16 registers): each
+// element computed as dot_q8x_avx2 computes it.
+template <class X, int NC, bool H>
+void gemm_q8x_avx2(int64_t ng, const void *vu, size_t us, const void *vy, size_t ys, float *acc, float *s, size_t ss, int flags) {
+    static_assert(GGML_Q8X_GEMM_ROWS % 2 == 0, "row pairs");
+    for (int r0 = 0; r0 < GGML_Q8X_GEMM_ROWS; r0 += 2) {
+        auto load = [&](int r, int64_t g, wgroup2 *) { return (const wgroup2 *)((const char *)vu + (size_t)(r0 + r) * us) + g; };
+        for (int c0 = 0; c0 < NC; c0 += 2) {
+            const uint8_t *y = (const uint8_t *)vy + c0 * ys;
+            float *a = acc + 16 * (r0 * NC + c0), *o = (float *)((char *)(s + r0) + c0 * ss);
+            if (NC - c0 >= 2) q8x_tile2<X, 2, 2, H>(ng, load, y, ys, o, ss, a, NC, flags);
+            else q8x_tile2<X, 2, 1, H>(ng, load, y, ys, o, ss, a, NC, flags);
+        }
+    }
+}
+template <class X, bool H>
+void gemm_q8x_avx2_n(int64_t ng, const void *u, size_t us, const void *y, size_t ys, float *acc, float *s, size_t ss, int nc, int flags) {
+    static_assert(GGML_Q8X_GEMM_COLS == 4, "one case per column count");
+    switch (nc) {
+        case 1: return gemm_q8x_avx2<X, 1, H>(ng, u, us, y, ys, acc, s, ss, flags);
+        case 2: return gemm_q8x_avx2<X, 2, H>(ng, u, us, y, ys, acc, s, ss, flags);
+        case 3: return gemm_q8x_avx2<X, 3, H>(ng, u, us, y, ys, acc, s, ss, flags);
+        default: return gemm_q8x_avx2<X, 4, H>(ng, u, us, y, ys, acc, s, ss, flags);
+    }
 }
 
 // nc 1..8: up to four columns per pass (16 registers), each column computed
@@ -496,8 +604,19 @@ void dot_q8x_avx2_n(int64_t k, const void *x, const void *y, size_t ys, float *s
 }
 
 
+// Every q8x kernel of loader X for type t.
+template <class X>
+void q8x_set2(ggml_q8x_kernels *q, ggml_type t) {
+    q->dot[t] = dot_q8x_avx2_n<X, false>;
+    q->dot_hi[t] = dot_q8x_avx2_n<X, true>;
+    q->unpack[t] = unpack_q8x_avx2<X>;
+    q->gemm[t] = gemm_q8x_avx2_n<X, false>;
+    q->gemm_hi[t] = gemm_q8x_avx2_n<X, true>;
+}
+
 // The slots these kernels fill: the K-quants' vec_dot, the fused row +
-// residual dots, and the q8x dot kernels of the 32-element types.
+// residual dots, and the q8x kernels (one-row dot, unpack, prompt gemm) of
+// the 32-element types, q4_K and q5_K.
 inline void set_int_dots(ggml_cpu_type_traits *t, ggml_vec_dot2_t *dot2, ggml_q8x_kernels *q) {
     if (t) {
         t[GGML_TYPE_Q2_K].vec_dot = vec_dot_q2_K_q8_K;
@@ -514,22 +633,16 @@ inline void set_int_dots(ggml_cpu_type_traits *t, ggml_vec_dot2_t *dot2, ggml_q8
         dot2[GGML_TYPE_Q6_K] = dot_q6_K<2>;
     }
     if (q) {
-        q->dot[GGML_TYPE_Q4_0] = dot_q8x_avx2_n<X2_q4_0, false>;
-        q->dot[GGML_TYPE_Q4_1] = dot_q8x_avx2_n<X2_q4_1, false>;
-        q->dot[GGML_TYPE_Q5_0] = dot_q8x_avx2_n<X2_q5_0, false>;
-        q->dot[GGML_TYPE_Q5_1] = dot_q8x_avx2_n<X2_q5_1, false>;
-        q->dot[GGML_TYPE_Q8_0] = dot_q8x_avx2_n<X2_q8_0, false>;
-        q->dot_hi[GGML_TYPE_Q4_0] = dot_q8x_avx2_n<X2_q4_0, true>;
-        q->dot_hi[GGML_TYPE_Q4_1] = dot_q8x_avx2_n<X2_q4_1, true>;
-        q->dot_hi[GGML_TYPE_Q5_0] = dot_q8x_avx2_n<X2_q5_0, true>;
-        q->dot_hi[GGML_TYPE_Q5_1] = dot_q8x_avx2_n<X2_q5_1, true>;
-        q->dot_hi[GGML_TYPE_Q8_0] = dot_q8x_avx2_n<X2_q8_0, true>;
-        q->dot[GGML_TYPE_Q4_K] = dot_q8x_avx2_n<X2K<false>, false>;
-        q->dot[GGML_TYPE_Q5_K] = dot_q8x_avx2_n<X2K<true>, false>;
-        q->dot_hi[GGML_TYPE_Q4_K] = dot_q8x_avx2_n<X2K<false>, true>;
-        q->dot_hi[GGML_TYPE_Q5_K] = dot_q8x_avx2_n<X2K<true>, true>;
-        // from 2 columns on (min_cols 0): in cache, 2 columns of q5_K and the
-        // `high` products are 15-40% faster than two q8_K dots, q4_K `fast` even
+        q8x_set2<X2_q4_0>(q, GGML_TYPE_Q4_0);
+        q8x_set2<X2_q4_1>(q, GGML_TYPE_Q4_1);
+        q8x_set2<X2_q5_0>(q, GGML_TYPE_Q5_0);
+        q8x_set2<X2_q5_1>(q, GGML_TYPE_Q5_1);
+        q8x_set2<X2_q8_0>(q, GGML_TYPE_Q8_0);
+        q8x_set2<X2K<false>>(q, GGML_TYPE_Q4_K);
+        q8x_set2<X2K<true>>(q, GGML_TYPE_Q5_K);
+        // q4_K, q5_K from 2 columns on (min_cols 0): in cache, 2 columns of q5_K
+        // and the `high` products are 15-40% faster than two q8_K dots, q4_K
+        // `fast` even
     }
 }
 
