@@ -561,20 +561,16 @@ void unpack_q8x_avx2(int64_t k, const void *vx, void *vu) {
 
 // GGML_Q8X_GEMM_ROWS unpacked rows (u, u + us bytes, ...) against NC
 // activation rows, ng groups of them (acc, flags: see q8x_tile2), as register
-// tiles of two rows by two columns (8 accumulators of the 16 registers): each
-// element computed as dot_q8x_avx2 computes it.
+// tiles of all the rows by one column (8 accumulators of the 16 registers; a
+// column's activations and scales loaded once for the rows: in cache, faster
+// than tiles of two rows by two columns): each element computed as
+// dot_q8x_avx2 computes it.
 template <class X, int NC, bool H>
 void gemm_q8x_avx2(int64_t ng, const void *vu, size_t us, const void *vy, size_t ys, float *acc, float *s, size_t ss, int flags) {
-    static_assert(GGML_Q8X_GEMM_ROWS % 2 == 0, "row pairs");
-    for (int r0 = 0; r0 < GGML_Q8X_GEMM_ROWS; r0 += 2) {
-        auto load = [&](int r, int64_t g, wgroup2 *) { return (const wgroup2 *)((const char *)vu + (size_t)(r0 + r) * us) + g; };
-        for (int c0 = 0; c0 < NC; c0 += 2) {
-            const uint8_t *y = (const uint8_t *)vy + c0 * ys;
-            float *a = acc + 16 * (r0 * NC + c0), *o = (float *)((char *)(s + r0) + c0 * ss);
-            if (NC - c0 >= 2) q8x_tile2<X, 2, 2, H>(ng, load, y, ys, o, ss, a, NC, flags);
-            else q8x_tile2<X, 2, 1, H>(ng, load, y, ys, o, ss, a, NC, flags);
-        }
-    }
+    auto load = [&](int r, int64_t g, wgroup2 *) { return (const wgroup2 *)((const char *)vu + (size_t)r * us) + g; };
+    for (int c = 0; c < NC; c++)
+        q8x_tile2<X, GGML_Q8X_GEMM_ROWS, 1, H>(ng, load, (const uint8_t *)vy + c * ys, ys, (float *)((char *)s + c * ss), ss, acc + 16 * c, NC,
+                                               flags);
 }
 template <class X, bool H>
 void gemm_q8x_avx2_n(int64_t ng, const void *u, size_t us, const void *y, size_t ys, float *acc, float *s, size_t ss, int nc, int flags) {
