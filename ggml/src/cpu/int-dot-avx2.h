@@ -402,12 +402,93 @@ struct X2K {
     }
 };
 
+// Sub-blocks of 16 (SPLIT: q6_K, q3_K): a block's low and high halves have
+// their own scales, d the low halves', m the high halves'. s: the
+// superblock's 16 sub-block scales times its d; half h of it -> lane l of
+// register c: block 2c + l / 4 of the group, sub-block 8h + 2 (2c + l / 4)
+// (+ 1 for m).
+inline void half_scales2(__m256 lo8, __m256 *d, __m256 *m) {  // lo8: the half's 8 sub-block scales
+    for (int c = 0; c < 2; c++) {
+        const int i = 4 * c;
+        d[c] = _mm256_permutevar8x32_ps(lo8, _mm256_setr_epi32(i, i, i, i, i + 2, i + 2, i + 2, i + 2));
+        m[c] = _mm256_permutevar8x32_ps(lo8, _mm256_setr_epi32(i + 1, i + 1, i + 1, i + 1, i + 3, i + 3, i + 3, i + 3));
+    }
+}
+// 16 bytes at p in both lanes, shifted right by n0 (low lane) and n1 (high
+// lane) bits per dword, or left by -n0, -n1 when n0 < 0: bit k of a byte then
+// comes from that byte's bit k + n for the k the caller keeps.
+inline __m256i bcast_shift(const uint8_t *p, int n0, int n1) {
+    const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    if (n0 < 0) return _mm256_sllv_epi32(q, _mm256_setr_epi32(-n0, -n0, -n0, -n0, -n1, -n1, -n1, -n1));
+    return _mm256_srlv_epi32(q, _mm256_setr_epi32(n0, n0, n0, n0, n1, n1, n1, n1));
+}
+
+// q6_K in the q8x form, as XK6 (q8x-dot.h): group g is half h = g % 2 of
+// superblock g / 2; its block b's element l has the low nibble (b / 2 ? high
+// : low) of ql[64 h + 32 (b % 2) + l] and the two high bits (qh[32 h + l] >>
+// 2 b) & 3: u = 0..63, weight = d sc (u - 32), sc the int8 scale of the
+// block's half (scales[8 h + 2 b], then + 1).
+struct X2K6 {
+    using B = block_q6_K;
+    static constexpr int S = 5;
+    static constexpr bool SIGNED = false, BY_GROUP = true, SPLIT = true;
+    static void group(const B *x, int64_t g, __m256i *u, __m256i *v, __m256 *d, __m256 *m) {
+        const B *b = x + (g >> 1);
+        const int h = (int)(g & 1);
+        const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
+        const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+        for (int c = 0; c < 2; c++) {  // blocks 2c (low lane), 2c + 1 (high lane)
+            auto quants = [&](int l) {     // elements l .. l + 15
+                const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(load2x16(ql + l, ql + 32 + l), 4 * c), m4);
+                const __m256i hi = _mm256_and_si256(bcast_shift(qh + l, 4 * c, 4 * c + 2), m3);
+                return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+            };
+            u[c] = quants(0);
+            v[c] = quants(16);
+        }
+        const __m128i s8 = _mm_loadl_epi64((const __m128i *)(b->scales + 8 * h));
+        half_scales2(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s8)), _mm256_set1_ps(fp16(b->d))), d, m);
+    }
+};
+
+// q3_K, as XK3: block b's element l has the two low bits (qs[32 h + l] >> 2 b)
+// & 3 and the third bit, worth 4, bit 4 h + b of hmask[l]: u = 0..7, weight =
+// d sc (u - 4), sc the 6-bit scale (minus 32) of the block's half.
+struct X2K3 {
+    using B = block_q3_K;
+    static constexpr int S = 2;
+    static constexpr bool SIGNED = false, BY_GROUP = true, SPLIT = true;
+    static void group(const B *x, int64_t g, __m256i *u, __m256i *v, __m256 *d, __m256 *m) {
+        const B *b = x + (g >> 1);
+        const int h = (int)(g & 1);
+        const uint8_t *qs = b->qs + 32 * h;
+        const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+        for (int c = 0; c < 2; c++) {  // blocks 2c, 2c + 1: low bits at shift 2b, the hmask bit 4h + b moved to bit 2
+            const int n = 4 * h + 2 * c - 2;
+            auto quants = [&](int l) {
+                const __m256i lo = _mm256_and_si256(bcast_shift(qs + l, 4 * c, 4 * c + 2), m3);
+                return _mm256_or_si256(lo, _mm256_and_si256(bcast_shift(b->hmask + l, n, n + 1), four));
+            };
+            u[c] = quants(0);
+            v[c] = quants(16);
+        }
+        const __m256i s16 = q3k_scales16(b->scales);
+        const __m128i half = h ? _mm256_extracti128_si256(s16, 1) : _mm256_castsi256_si128(s16);
+        half_scales2(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(half)), _mm256_set1_ps(fp16(b->d))), d, m);
+    }
+};
+
 // Whether a loader reads K-quant superblocks by group (X::group, marked
 // X::BY_GROUP) rather than four 32-element blocks at a time (X::load).
 template <class X, class = void>
 struct by_group : std::false_type {};
 template <class X>
 struct by_group<X, std::void_t<decltype(X::BY_GROUP)>> : std::integral_constant<bool, X::BY_GROUP> {};
+// Whether a loader's blocks have halves with their own scales (X::SPLIT).
+template <class X, class = void>
+struct split_halves : std::false_type {};
+template <class X>
+struct split_halves<X, std::void_t<decltype(X::SPLIT)>> : std::integral_constant<bool, X::SPLIT> {};
 
 // One group of four weight blocks unpacked into the q8x order: u (low
 // halves), v (high halves), d and m by half h of the group; as registers, or
@@ -453,13 +534,16 @@ inline void load_group2(const typename X::B *x, int64_t nb, int64_t g, wgroup2 *
 // taken times dy by one fmsub (round(sum dy), the value a conversion and a
 // multiply give, since |sum| < 2^22: u + o <= 31 and q8xh's |128 q + q2| <=
 // 16320; q8_0 with q8xh goes through a conversion), then one fma with the
-// weight scale, and the stored minimum through m . sd into accm.
+// weight scale, and the stored minimum through m . sd into accm. SPLIT
+// (q3_K, q6_K: sub-blocks of 16): a block's low and high halves have their
+// own scales (d and m) and offsets (the low half's q sum from one more dot per
+// column, the high half's the rest of ns): two such sums, fmsubs and fmas.
 template <class X, int NR, int NC, bool H, class Load>
 __attribute__((always_inline)) inline void q8x_tile2(int64_t ng, Load &&load, const uint8_t *y0, size_t ys, float *s, size_t ss,
                                                      float *accv, int ars, int flags) {
     constexpr size_t GROUP = H ? GGML_Q8XH_GROUP : GGML_Q8X_GROUP;
     constexpr size_t DY = H ? 256 : 128, NS = DY + 64, SD = DY + 128;
-    constexpr bool OFF = X::S >= 0, MIN = X::S < 0 && !X::SIGNED, MAGIC = !(H && X::SIGNED);
+    constexpr bool OFF = X::S >= 0, MIN = X::S < 0 && !X::SIGNED, MAGIC = !(H && X::SIGNED), SPLIT = split_halves<X>::value;
     const __m256i magic = _mm256_set1_epi32(MAGIC ? 0x4B400000 : 0);
     __m256 acc[NR][NC], accm[NR][NC];
     for (int r = 0; r < NR; r++)
@@ -486,6 +570,15 @@ __attribute__((always_inline)) inline void q8x_tile2(int64_t ng, Load &&load, co
                 const __m256 dy = _mm256_loadu_ps((const float *)(yc + DY + 32 * h));
                 const __m256 dm = _mm256_mul_ps(dy, _mm256_set1_ps(12582912.0f));  // 1.5 2^23 dy, exact (dy is an fp16 value)
                 const __m256i init = OFF ? _mm256_add_epi32(_mm256_slli_epi32(ld(NS), OFF ? X::S : 0), magic) : magic;
+                __m256i inita = magic, initb = init;  // SPLIT: the halves' offsets (ns << S split as -(sa << S) + the rest)
+                if (SPLIT) {
+                    const __m256i ones = _mm256_set1_epi8(1);
+                    __m256i sa = dpbusd(_mm256_setzero_si256(), ones, ld(0));
+                    if (H) sa = _mm256_add_epi32(_mm256_slli_epi32(sa, 7), dpbusd(_mm256_setzero_si256(), ones, ld(128)));
+                    sa = _mm256_slli_epi32(sa, OFF ? X::S : 0);
+                    inita = _mm256_sub_epi32(magic, sa);
+                    initb = _mm256_add_epi32(init, sa);
+                }
                 for (int r = 0; r < NR; r++) {
                     const __m256i u = w[r]->u[h], v = w[r]->v[h];
                     // dot(u, y[o0]) + dot(v, y[o1]) in s32 lanes of four, started at i
@@ -507,6 +600,19 @@ __attribute__((always_inline)) inline void q8x_tile2(int64_t ng, Load &&load, co
                                                             _mm256_set1_epi16(hi ? 128 : 1));
                         return _mm256_add_epi32(p, i);
                     };
+                    if (SPLIT) {  // one register's dot (y at o, the q8xh residual at o2), started at i
+                        auto dot4 = [&](__m256i q, size_t o, size_t o2, __m256i i) {
+                            if (GGML_AVX2_VNNI) return H ? _mm256_add_epi32(_mm256_slli_epi32(dpbusd(_mm256_setzero_si256(), q, ld(o)), 7), dpbusd(i, q, ld(o2)))
+                                                         : dpbusd(i, q, ld(o));
+                            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, ld(o)), _mm256_set1_epi16(H ? 128 : 1));
+                            if (H) p = _mm256_add_epi32(p, _mm256_madd_epi16(_mm256_maddubs_epi16(q, ld(o2)), _mm256_set1_epi16(1)));
+                            return _mm256_add_epi32(p, i);
+                        };
+                        const __m256i pa = dot4(u, 0, 128, inita), pb = dot4(v, 64, 192, initb);
+                        acc[r][c] = _mm256_fmadd_ps(_mm256_fmsub_ps(_mm256_castsi256_ps(pa), dy, dm), w[r]->d[h], acc[r][c]);
+                        acc[r][c] = _mm256_fmadd_ps(_mm256_fmsub_ps(_mm256_castsi256_ps(pb), dy, dm), w[r]->m[h], acc[r][c]);
+                        continue;
+                    }
                     const __m256i p = H ? dot8(0, 64, true, dot8(128, 192, false, init)) : dot8(0, 64, false, init);
                     const __m256 f = MAGIC ? _mm256_fmsub_ps(_mm256_castsi256_ps(p), dy, dm) : _mm256_mul_ps(_mm256_cvtepi32_ps(p), dy);
                     acc[r][c] = _mm256_fmadd_ps(f, w[r]->d[h], acc[r][c]);
@@ -612,7 +718,8 @@ void q8x_set2(ggml_q8x_kernels *q, ggml_type t) {
 
 // The slots these kernels fill: the K-quants' vec_dot, the fused row +
 // residual dots, and the q8x kernels (one-row dot, unpack, prompt gemm) of
-// the 32-element types, q4_K and q5_K.
+// the 32-element types and the K-quants but q2_K (q3_K and q6_K for prompt
+// batches only: min_cols).
 inline void set_int_dots(ggml_cpu_type_traits *t, ggml_vec_dot2_t *dot2, ggml_q8x_kernels *q) {
     if (t) {
         t[GGML_TYPE_Q2_K].vec_dot = vec_dot_q2_K_q8_K;
@@ -636,6 +743,9 @@ inline void set_int_dots(ggml_cpu_type_traits *t, ggml_vec_dot2_t *dot2, ggml_q8
         q8x_set2<X2_q8_0>(q, GGML_TYPE_Q8_0);
         q8x_set2<X2K<false>>(q, GGML_TYPE_Q4_K);
         q8x_set2<X2K<true>>(q, GGML_TYPE_Q5_K);
+        q8x_set2<X2K3>(q, GGML_TYPE_Q3_K);
+        q8x_set2<X2K6>(q, GGML_TYPE_Q6_K);
+        q->min_cols[GGML_TYPE_Q3_K] = q->min_cols[GGML_TYPE_Q6_K] = GGML_Q8X_GEMM_MIN_COLS;
         // q4_K, q5_K from 2 columns on (min_cols 0): in cache, 2 columns of q5_K
         // and the `high` products are 15-40% faster than two q8_K dots, q4_K
         // `fast` even
