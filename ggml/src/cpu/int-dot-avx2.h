@@ -665,28 +665,18 @@ void unpack_q8x_avx2(int64_t k, const void *vx, void *vu) {
     }
 }
 
-// GGML_Q8X_GEMM_ROWS unpacked rows (u, u + us bytes, ...) against NC
+// GGML_Q8X_GEMM_ROWS unpacked rows (u, u + us bytes, ...) against nc (1..4)
 // activation rows, ng groups of them (acc, flags: see q8x_tile2), as register
 // tiles of all the rows by one column (8 accumulators of the 16 registers; a
 // column's activations and scales loaded once for the rows: in cache, faster
 // than tiles of two rows by two columns): each element computed as
 // dot_q8x_avx2 computes it.
-template <class X, int NC, bool H>
-void gemm_q8x_avx2(int64_t ng, const void *vu, size_t us, const void *vy, size_t ys, float *acc, float *s, size_t ss, int flags) {
-    auto load = [&](int r, int64_t g, wgroup2 *) { return (const wgroup2 *)((const char *)vu + (size_t)r * us) + g; };
-    for (int c = 0; c < NC; c++)
-        q8x_tile2<X, GGML_Q8X_GEMM_ROWS, 1, H>(ng, load, (const uint8_t *)vy + c * ys, ys, (float *)((char *)s + c * ss), ss, acc + 16 * c, NC,
-                                               flags);
-}
 template <class X, bool H>
-void gemm_q8x_avx2_n(int64_t ng, const void *u, size_t us, const void *y, size_t ys, float *acc, float *s, size_t ss, int nc, int flags) {
-    static_assert(GGML_Q8X_GEMM_COLS == 4, "one case per column count");
-    switch (nc) {
-        case 1: return gemm_q8x_avx2<X, 1, H>(ng, u, us, y, ys, acc, s, ss, flags);
-        case 2: return gemm_q8x_avx2<X, 2, H>(ng, u, us, y, ys, acc, s, ss, flags);
-        case 3: return gemm_q8x_avx2<X, 3, H>(ng, u, us, y, ys, acc, s, ss, flags);
-        default: return gemm_q8x_avx2<X, 4, H>(ng, u, us, y, ys, acc, s, ss, flags);
-    }
+void gemm_q8x_avx2_n(int64_t ng, const void *vu, size_t us, const void *vy, size_t ys, float *acc, float *s, size_t ss, int nc, int flags) {
+    auto load = [&](int r, int64_t g, wgroup2 *) { return (const wgroup2 *)((const char *)vu + (size_t)r * us) + g; };
+    for (int c = 0; c < nc; c++)
+        q8x_tile2<X, GGML_Q8X_GEMM_ROWS, 1, H>(ng, load, (const uint8_t *)vy + c * ys, ys, (float *)((char *)s + c * ss), ss, acc + 16 * c, nc,
+                                               flags);
 }
 
 // nc 1..8: up to four columns per pass (16 registers), each column computed
