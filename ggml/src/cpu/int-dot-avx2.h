@@ -403,15 +403,15 @@ struct X2K {
 };
 
 // Sub-blocks of 16 (SPLIT: q6_K, q3_K): a block's low and high halves have
-// their own scales, d the low halves', m the high halves'. s: the
-// superblock's 16 sub-block scales times its d; half h of it -> lane l of
-// register c: block 2c + l / 4 of the group, sub-block 8h + 2 (2c + l / 4)
+// their own scales, d the low halves', m the high halves'. h8: the 8
+// sub-block scales (times the superblock's d) of superblock half h -> lane l
+// of register c: block 2c + l / 4 of the group, sub-block 8h + 2 (2c + l / 4)
 // (+ 1 for m).
-inline void half_scales2(__m256 lo8, __m256 *d, __m256 *m) {  // lo8: the half's 8 sub-block scales
+inline void half_scales2(__m256 h8, __m256 *d, __m256 *m) {
     for (int c = 0; c < 2; c++) {
         const int i = 4 * c;
-        d[c] = _mm256_permutevar8x32_ps(lo8, _mm256_setr_epi32(i, i, i, i, i + 2, i + 2, i + 2, i + 2));
-        m[c] = _mm256_permutevar8x32_ps(lo8, _mm256_setr_epi32(i + 1, i + 1, i + 1, i + 1, i + 3, i + 3, i + 3, i + 3));
+        d[c] = _mm256_permutevar8x32_ps(h8, _mm256_setr_epi32(i, i, i, i, i + 2, i + 2, i + 2, i + 2));
+        m[c] = _mm256_permutevar8x32_ps(h8, _mm256_setr_epi32(i + 1, i + 1, i + 1, i + 1, i + 3, i + 3, i + 3, i + 3));
     }
 }
 // 16 bytes at p in both lanes, shifted right by n0 (low lane) and n1 (high
