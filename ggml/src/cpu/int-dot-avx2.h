@@ -356,6 +356,15 @@ struct X2_q8_0 {
     }
 };
 
+// 16 bytes at p in both lanes, shifted right by n0 (low lane) and n1 (high
+// lane) bits per dword, or left by -n0, -n1 when n0 < 0: bit k of a byte then
+// comes from that byte's bit k + n for the k the caller keeps.
+inline __m256i bcast_shift(const uint8_t *p, int n0, int n1) {
+    const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    if (n0 < 0) return _mm256_sllv_epi32(q, _mm256_setr_epi32(-n0, -n0, -n0, -n0, -n1, -n1, -n1, -n1));
+    return _mm256_srlv_epi32(q, _mm256_setr_epi32(n0, n0, n0, n0, n1, n1, n1, n1));
+}
+
 // K-quants with sub-blocks of 32 (q4_K, q5_K) in the q8x form, as the
 // AVX-512 loaders (q8x-dot.h): group g is half h = g % 2 of superblock g / 2,
 // its blocks the sub-blocks 4h .. 4h + 3, each q4_1-like with scale d sc and
@@ -376,22 +385,18 @@ struct X2K {
         const B *b = x + (g >> 1);
         const int h = (int)(g & 1);
         const uint8_t *qs = b->qs + 64 * h;
-        auto bcast = [](const uint8_t *p) { return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p)); };
-        const __m256i cnt = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4), m4 = _mm256_set1_epi8(0x0F);
+        const __m256i m4 = _mm256_set1_epi8(0x0F);
         for (int c = 0; c < 2; c++) {
-            u[c] = _mm256_and_si256(_mm256_srlv_epi32(bcast(qs + 32 * c), cnt), m4);
-            v[c] = _mm256_and_si256(_mm256_srlv_epi32(bcast(qs + 32 * c + 16), cnt), m4);
+            u[c] = _mm256_and_si256(bcast_shift(qs + 32 * c, 0, 4), m4);
+            v[c] = _mm256_and_si256(bcast_shift(qs + 32 * c + 16, 0, 4), m4);
         }
         if (Q5) {
             const uint8_t *qh = ((const block_q5_K *)(const void *)b)->qh;
-            const __m256i lo = bcast(qh), hi = bcast(qh + 16), sixteen = _mm256_set1_epi8(16);
-            for (int c = 0; c < 2; c++) {  // lanes: sub-blocks j = 4h + 2c, 4h + 2c + 1
-                const int j = 2 * c;
-                const __m256i n = h ? _mm256_setr_epi32(j, j, j, j, j + 1, j + 1, j + 1, j + 1)
-                                    : _mm256_setr_epi32(4 - j, 4 - j, 4 - j, 4 - j, 3 - j, 3 - j, 3 - j, 3 - j);
-                auto fifth = [&](__m256i q) { return _mm256_and_si256(h ? _mm256_srlv_epi32(q, n) : _mm256_sllv_epi32(q, n), sixteen); };
-                u[c] = _mm256_or_si256(u[c], fifth(lo));
-                v[c] = _mm256_or_si256(v[c], fifth(hi));
+            const __m256i sixteen = _mm256_set1_epi8(16);
+            for (int c = 0; c < 2; c++) {  // lanes: sub-blocks j = 4h + 2c, 4h + 2c + 1, bit j to bit 4
+                const int n = 4 * h + 2 * c - 4;
+                u[c] = _mm256_or_si256(u[c], _mm256_and_si256(bcast_shift(qh, n, n + 1), sixteen));
+                v[c] = _mm256_or_si256(v[c], _mm256_and_si256(bcast_shift(qh + 16, n, n + 1), sixteen));
             }
         }
         // scales_q45: bytes 0..7 the sub-blocks' scales, 8..15 their mins
@@ -414,15 +419,6 @@ inline void half_scales2(__m256 h8, __m256 *d, __m256 *m) {
         m[c] = _mm256_permutevar8x32_ps(h8, _mm256_setr_epi32(i + 1, i + 1, i + 1, i + 1, i + 3, i + 3, i + 3, i + 3));
     }
 }
-// 16 bytes at p in both lanes, shifted right by n0 (low lane) and n1 (high
-// lane) bits per dword, or left by -n0, -n1 when n0 < 0: bit k of a byte then
-// comes from that byte's bit k + n for the k the caller keeps.
-inline __m256i bcast_shift(const uint8_t *p, int n0, int n1) {
-    const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
-    if (n0 < 0) return _mm256_sllv_epi32(q, _mm256_setr_epi32(-n0, -n0, -n0, -n0, -n1, -n1, -n1, -n1));
-    return _mm256_srlv_epi32(q, _mm256_setr_epi32(n0, n0, n0, n0, n1, n1, n1, n1));
-}
-
 // q6_K in the q8x form, as XK6 (q8x-dot.h): group g is half h = g % 2 of
 // superblock g / 2; its block b's element l has the low nibble (b / 2 ? high
 // : low) of ql[64 h + 32 (b % 2) + l] and the two high bits (qh[32 h + l] >>
@@ -653,16 +649,7 @@ void unpack_q8x_avx2(int64_t k, const void *vx, void *vu) {
     const typename X::B *x = (const typename X::B *)vx;
     const int64_t nb = k / 32, ng = (nb + 3) / 4;
     wgroup2 *u = (wgroup2 *)vu;
-    for (int64_t g = 0; g < ng; g++) {
-        wgroup2 w;
-        load_group2<X>(x, nb, g, &w);
-        for (int h = 0; h < 2; h++) {
-            _mm256_store_si256(&u[g].u[h], w.u[h]);
-            _mm256_store_si256(&u[g].v[h], w.v[h]);
-            _mm256_store_ps((float *)&u[g].d[h], w.d[h]);
-            _mm256_store_ps((float *)&u[g].m[h], w.m[h]);
-        }
-    }
+    for (int64_t g = 0; g < ng; g++) load_group2<X>(x, nb, g, &u[g]);
 }
 
 // GGML_Q8X_GEMM_ROWS unpacked rows (u, u + us bytes, ...) against nc (1..4)

@@ -128,8 +128,9 @@ struct ggml_q8x_kernels {
     // The fewest activation rows for which a product takes dot (0: as 2):
     // 1 for the 32-element block types, whose one-column q8x speed is above
     // the family's vec_dot since the nibble-order layout (Xeon VM,
-    // 2026-12-01); with AVX-512 GGML_Q8X_GEMM_MIN_COLS for the K-quants,
-    // whose q8_K kernels win on fewer columns there.
+    // 2026-12-01); GGML_Q8X_GEMM_MIN_COLS for the K-quants whose q8_K
+    // kernels win on fewer columns (all of them with AVX-512, q3_K and q6_K
+    // with AVX2).
     int min_cols[GGML_TYPE_COUNT];
     // The same multi-column interface for F16 weights (e.g. attention over
     // the KV cache) x activations rounded to fp16 (exactly what F16
