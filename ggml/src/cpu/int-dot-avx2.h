@@ -99,11 +99,23 @@ inline __m256i scale8_idx(__m128i w8, int j) {
     }
 }
 
-// sumi + the superblock's sub-block dots: chunk c (32 weights u[c]) against
-// activations 32c .. 32c + 31, scaled by scl[c] (a scale per 16-element lane).
-inline __m256i dot_chunks(const block_q8_K *y, const __m256i *u, const __m256i *scl, __m256i sumi) {
-    for (int c = 0; c < 8; c++) sumi = dpwssd(sumi, _mm256_maddubs_epi16(u[c], _mm256_loadu_si256((const __m256i *)(y->qs + 32 * c))), scl[c]);
-    return sumi;
+// sumi[r] + the superblock's sub-block dots of activation row r: chunk c
+// (32 weights u(c), unpacked once for all rows) against the row's
+// activations 32c .. 32c + 31, scaled by scl(c) (a scale per 16-element
+// lane). Chunk by chunk, not all eight unpacked first: with two rows the
+// eight chunks and their scales took every register and were spilled.
+template <int NR, class U, class SC>
+inline void dot_chunks(const block_q8_K *const *y, U &&u, SC &&scl, __m256i *sumi) {
+    for (int c = 0; c < 8; c++) {
+        const __m256i w = u(c), sc = scl(c);
+        for (int r = 0; r < NR; r++)
+            sumi[r] = dpwssd(sumi[r], _mm256_maddubs_epi16(w, _mm256_loadu_si256((const __m256i *)(y[r]->qs + 32 * c))), sc);
+    }
+}
+// The NR activation rows' superblock i.
+template <int NR>
+inline void act_rows(const void *vy, size_t vrow, int64_t i, const block_q8_K **y) {
+    for (int r = 0; r < NR; r++) y[r] = act_row(vy, vrow, r) + i;
 }
 // One activation row's part of a superblock with scales and mins (q2_K,
 // q4_K, q5_K): d dy sumi into acc, dmin dy (mins . bsums) into accm.
@@ -111,6 +123,11 @@ inline void add_scaled_min(const block_q8_K *y, __m256i sumi, __m256i mn, float 
     const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn);
     *acc = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xd), _mm256_cvtepi32_ps(sumi), *acc);
     *accm = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xm), _mm256_cvtepi32_ps(mins), *accm);
+}
+// Types with a fixed offset o per value (q3_K: -4 = -(1 << 2), q6_K: -32):
+// row r's sumi starts at o sum_k sc_k bsums_k (w16: the 16 scales), in integers.
+inline __m256i offset_sum(const block_q8_K *y, __m256i w16, int shift) {
+    return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), w16), shift));
 }
 
 template <int NR>
@@ -125,17 +142,15 @@ void dot_q2_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
         const __m128i sv = _mm_loadu_si128((const __m128i *)x[i].scales);
         const scales16 sc(_mm256_cvtepu8_epi16(_mm_and_si128(sv, _mm_set1_epi8(0x0F))));
         const __m256i mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sv, 4), _mm_set1_epi8(0x0F)));
-        __m256i u[8], scl[8];
-        for (int h = 0; h < 2; h++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
-            for (int j = 0; j < 4; j++) u[4 * h + j] = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3);
-        }
-        for (int c = 0; c < 8; c++) scl[c] = sc.chunk(c);
+        const __m256i q[2] = {_mm256_loadu_si256((const __m256i *)x[i].qs), _mm256_loadu_si256((const __m256i *)(x[i].qs + 32))};
+        const block_q8_K *y[NR];
+        act_rows<NR>(vy, vrow, i, y);
+        __m256i sumi[NR];
+        for (int r = 0; r < NR; r++) sumi[r] = _mm256_setzero_si256();
+        dot_chunks<NR>(
+            y, [&](int c) { return _mm256_and_si256(_mm256_srli_epi16(q[c / 4], 2 * (c % 4)), m3); }, [&](int c) { return sc.chunk(c); }, sumi);
         const float xd = fp16(x[i].d), xm = fp16(x[i].dmin);
-        for (int r = 0; r < NR; r++) {
-            const block_q8_K *y = act_row(vy, vrow, r) + i;
-            add_scaled_min(y, dot_chunks(y, u, scl, _mm256_setzero_si256()), mn, xd, xm, &acc, &accm);
-        }
+        for (int r = 0; r < NR; r++) add_scaled_min(y[r], sumi[r], mn, xd, xm, &acc, &accm);
     }
     *s = hsum(acc) - hsum(accm);
 }
@@ -152,27 +167,20 @@ void dot_q3_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
         const __m256i w16 = q3k_scales16(x[i].scales);
         const scales16 sc(w16);
         const __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
-        __m256i u[8], scl[8];
-        for (int h = 0; h < 2; h++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
-            for (int j = 0; j < 4; j++) {
-                const int c = 4 * h + j;
-                // u = low 2 bits | hmask bit c moved straight to bit 2 (0..7); value = u - 4.
-                // A word shift by at most 5 brings nothing from the other byte into bit 2.
-                const __m256i hs = c == 0 ? _mm256_slli_epi16(hm, 2) : c == 1 ? _mm256_slli_epi16(hm, 1) : _mm256_srli_epi16(hm, c - 2);
-                u[c] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3), _mm256_and_si256(hs, four));
-            }
-        }
-        for (int c = 0; c < 8; c++) scl[c] = sc.chunk(c);
+        const __m256i q[2] = {_mm256_loadu_si256((const __m256i *)x[i].qs), _mm256_loadu_si256((const __m256i *)(x[i].qs + 32))};
+        // u = low 2 bits | hmask bit c moved straight to bit 2 (0..7); value = u - 4.
+        // A word shift by at most 5 brings nothing from the other byte into bit 2.
+        auto u = [&](int c) {
+            const __m256i hs = c == 0 ? _mm256_slli_epi16(hm, 2) : c == 1 ? _mm256_slli_epi16(hm, 1) : _mm256_srli_epi16(hm, c - 2);
+            return _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q[c / 4], 2 * (c % 4)), m3), _mm256_and_si256(hs, four));
+        };
+        const block_q8_K *y[NR];
+        act_rows<NR>(vy, vrow, i, y);
+        __m256i sumi[NR];
+        for (int r = 0; r < NR; r++) sumi[r] = offset_sum(y[r], w16, 2);
+        dot_chunks<NR>(y, u, [&](int c) { return sc.chunk(c); }, sumi);
         const float xd = fp16(x[i].d);
-        for (int r = 0; r < NR; r++) {
-            const block_q8_K *y = act_row(vy, vrow, r) + i;
-            // - 4 sum_k sc_k bsums_k in integers
-            __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                            _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), w16), 2));
-            sumi = dot_chunks(y, u, scl, sumi);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xd), _mm256_cvtepi32_ps(sumi), acc);
-        }
+        for (int r = 0; r < NR; r++) acc = _mm256_fmadd_ps(_mm256_set1_ps(y[r]->d * xd), _mm256_cvtepi32_ps(sumi[r]), acc);
     }
     *s = hsum(acc);
 }
@@ -193,22 +201,20 @@ void dot_q45_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow)
         const __m256i mn = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));  // min of sub-block k / 2 at word k
         __m256i qh = _mm256_setzero_si256();
         if (Q5) qh = _mm256_loadu_si256((const __m256i *)((const block_q5_K *)(const void *)(x + i))->qh);
-        __m256i u[8], scl[8];
-        for (int j = 0; j < 4; j++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
-            u[2 * j] = _mm256_and_si256(q, m4);
-            u[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            if (Q5) {  // bit c of qh is the fifth bit of chunk c
-                u[2 * j] = _mm256_or_si256(u[2 * j], _mm256_and_si256(move_bits(qh, 2 * j, 4), b4));
-                u[2 * j + 1] = _mm256_or_si256(u[2 * j + 1], _mm256_and_si256(move_bits(qh, 2 * j + 1, 4), b4));
-            }
-        }
-        for (int c = 0; c < 8; c++) scl[c] = scale8_idx(w8, c);
+        // chunk c: the low (c even) or high nibbles of quant bytes 32 (c / 2) ..;
+        // q5_K: bit c of qh is the fifth bit of chunk c
+        auto u = [&](int c) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * (c / 2)));
+            const __m256i lo = _mm256_and_si256(c % 2 ? _mm256_srli_epi16(q, 4) : q, m4);
+            return Q5 ? _mm256_or_si256(lo, _mm256_and_si256(move_bits(qh, c, 4), b4)) : lo;
+        };
+        const block_q8_K *y[NR];
+        act_rows<NR>(vy, vrow, i, y);
+        __m256i sumi[NR];
+        for (int r = 0; r < NR; r++) sumi[r] = _mm256_setzero_si256();
+        dot_chunks<NR>(y, u, [&](int c) { return scale8_idx(w8, c); }, sumi);
         const float xd = fp16(x[i].d), xm = fp16(x[i].dmin);
-        for (int r = 0; r < NR; r++) {
-            const block_q8_K *y = act_row(vy, vrow, r) + i;
-            add_scaled_min(y, dot_chunks(y, u, scl, _mm256_setzero_si256()), mn, xd, xm, &acc, &accm);
-        }
+        for (int r = 0; r < NR; r++) add_scaled_min(y[r], sumi[r], mn, xd, xm, &acc, &accm);
     }
     *s = hsum(acc) - hsum(accm);
 }
@@ -226,25 +232,21 @@ void dot_q6_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
         ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
         const __m256i w16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
         const scales16 sc(w16);
-        __m256i u[8], scl[8];
-        for (int h = 0; h < 2; h++) {
-            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
-            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h + 32));
+        // chunk c = 4h + k: low nibbles (k < 2) or high nibbles of ql bytes 64h + 32 (k % 2) ..,
+        // its high-bit pair bits 2k, 2k + 1 of qh bytes 32h ..
+        auto u = [&](int c) {
+            const int h = c / 4, k = c % 4;
+            const __m256i l = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h + 32 * (k % 2)));
             const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
-            // the high-bit pair of chunk k of this half is bits 2k, 2k + 1 of qh
-            const __m256i lo[4] = {l0, l1, _mm256_srli_epi16(l0, 4), _mm256_srli_epi16(l1, 4)};
-            for (int k = 0; k < 4; k++)
-                u[4 * h + k] = _mm256_or_si256(_mm256_and_si256(lo[k], m4), _mm256_and_si256(move_bits(qh, 2 * k, 4), m30));
-        }
-        for (int c = 0; c < 8; c++) scl[c] = sc.chunk(c);
+            return _mm256_or_si256(_mm256_and_si256(k < 2 ? l : _mm256_srli_epi16(l, 4), m4), _mm256_and_si256(move_bits(qh, 2 * k, 4), m30));
+        };
+        const block_q8_K *y[NR];
+        act_rows<NR>(vy, vrow, i, y);
+        __m256i sumi[NR];
+        for (int r = 0; r < NR; r++) sumi[r] = offset_sum(y[r], w16, 5);
+        dot_chunks<NR>(y, u, [&](int c) { return sc.chunk(c); }, sumi);
         const float xd = fp16(x[i].d);
-        for (int r = 0; r < NR; r++) {
-            const block_q8_K *y = act_row(vy, vrow, r) + i;
-            __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                            _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), w16), 5));
-            sumi = dot_chunks(y, u, scl, sumi);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xd), _mm256_cvtepi32_ps(sumi), acc);
-        }
+        for (int r = 0; r < NR; r++) acc = _mm256_fmadd_ps(_mm256_set1_ps(y[r]->d * xd), _mm256_cvtepi32_ps(sumi[r]), acc);
     }
     *s = hsum(acc);
 }
