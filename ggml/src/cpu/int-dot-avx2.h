@@ -74,7 +74,7 @@ inline const block_q8_K *act_row(const void *vy, size_t vrow, int r) {
 // For q2_K, q4_K and q5_K a chunk's madd operand (a scale word per element
 // pair) comes from one in-lane byte shuffle of a per-superblock source, its
 // index vector a constant (a memory operand), instead of a lane-crossing
-// permute or a shift and a broadcast per chunk (port 5 only on Intel): +4-6%
+// permute or a shift and a broadcast per chunk (port 5 only on Intel): +4-7%
 // in cache. word_idx: every word of a lane takes word c of that lane;
 // byte_idx: the low lane zero-extends byte 2c, the high lane byte 2c + 1.
 struct shuf_idx {
@@ -534,7 +534,8 @@ static_assert(sizeof(wgroup2) == 256, "ggml_q8x_unpacked_size: 256 bytes a group
 
 // Group g of a packed row of nb 32-element blocks (or of K-quant superblock
 // halves) into w, prefetching ahead of it. Inlined by force, as row_reader
-// (q8x-dot.h): GCC otherwise calls the q5 loaders out of line once a group.
+// (q8x-dot.h): GCC otherwise called the q5 loaders out of line once a group
+// (AVX-VNNI Q5_1 mat-vec 30% slower in cache).
 template <class X>
 __attribute__((always_inline)) inline void load_group2(const typename X::B *x, int64_t nb, int64_t g, wgroup2 *w) {
     using B = typename X::B;

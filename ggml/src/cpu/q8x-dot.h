@@ -192,9 +192,10 @@ struct row_reader {
             memcpy(tail, x + nb / 4 * 4, sizeof(B) * (size_t)(nb % 4));
         }
     }
-    // Inlined into the tile loop by force: left to itself GCC calls the
+    // Inlined into the tile loop by force: left to itself GCC called the
     // larger loaders (q5_1, q8_0 with VBMI) out of line once per group, the
-    // group and the accumulators then going through memory (10-15% slower).
+    // group and the accumulators then going through memory (Q8_0 mat-vec 25%
+    // slower in cache).
     __attribute__((always_inline)) void operator()(int64_t g, q8x_wgroup *w) const {
         if constexpr (SB) {
             ggml_prefetch_chunk((const char *)x + g * (int64_t)sizeof(B) / 2, (int)sizeof(B) / 2, ahead);
