@@ -77,17 +77,20 @@ inline const block_q8_K *act_row(const void *vy, size_t vrow, int r) {
 // permute or a shift and a broadcast per chunk (port 5 only on Intel): +4-7%
 // in cache. word_idx: every word of a lane takes word c of that lane;
 // byte_idx: the low lane zero-extends byte 2c, the high lane byte 2c + 1.
-struct shuf_idx {
-    alignas(32) int8_t b[8][32];
+// shuf_table<N>: N constant byte-shuffle index vectors, byte j of lane L of
+// vector c being f(c, L, j).
+template <int N>
+struct shuf_table {
+    alignas(32) int8_t b[N][32];
     template <class F>
-    constexpr explicit shuf_idx(F f) : b() {
-        for (int c = 0; c < 8; c++)
+    constexpr explicit shuf_table(F f) : b() {
+        for (int c = 0; c < N; c++)
             for (int j = 0; j < 32; j++) b[c][j] = (int8_t)f(c, j / 16, j % 16);
     }
     __m256i operator[](int c) const { return _mm256_load_si256((const __m256i *)b[c]); }
 };
-inline constexpr shuf_idx word_idx([](int c, int, int j) { return 2 * c + j % 2; });
-inline constexpr shuf_idx byte_idx([](int c, int lane, int j) { return j % 2 ? -128 : 2 * c + lane; });
+inline constexpr shuf_table<8> word_idx([](int c, int, int j) { return 2 * c + j % 2; });
+inline constexpr shuf_table<8> byte_idx([](int c, int lane, int j) { return j % 2 ? -128 : 2 * c + lane; });
 
 // 16 int16 scales w (sub-blocks of 16 elements) -> for chunk c (32 elements)
 // the madd operand: scale 2c in the low 128-bit lane, 2c + 1 in the high one.
@@ -301,18 +304,8 @@ inline void nibbles4x(const B *x, __m256i *u, __m256i *v) {
 }
 // A 32-byte load at block 2h of a group holds block 2h in its low lane and
 // the head of block 2h + 1 (from byte sizeof(B) on) in its high lane, so a
-// byte shuffle can take a field of each element's own block. byte_sel: the
-// shuffle whose byte j of lane L reads byte o + f(j) of block 2h + L.
-template <class B>
-struct byte_sel {
-    alignas(32) int8_t b[32];
-    template <class F>
-    constexpr byte_sel(int o, F f) : b() {
-        for (int L = 0; L < 2; L++)
-            for (int j = 0; j < 16; j++) b[16 * L + j] = (int8_t)(o + f(j) + L * ((int)sizeof(B) - 16));
-    }
-    __m256i get() const { return _mm256_load_si256((const __m256i *)b); }
-};
+// byte shuffle can take a field of each element's own block: byte o of
+// block 2h + L is byte o + L (sizeof(B) - 16) of lane L.
 template <class B>
 inline __m256i heads2(const B *x) {
     static_assert(sizeof(B) >= 16 && sizeof(B) <= 24, "two blocks' fields in one 32-byte load within the group");
@@ -325,17 +318,18 @@ inline __m256i heads2(const B *x) {
 // a per-byte mask.
 template <class B>
 inline void high4x(const B *x, __m256i *u, __m256i *v) {
-    static constexpr byte_sel<B> lo(offsetof(B, qh), [](int j) { return j / 8; });
-    static constexpr byte_sel<B> hi(offsetof(B, qh), [](int j) { return 2 + j / 8; });
+    // sel[0]: qh bytes 0-1 for the low halves, sel[1]: bytes 2-3 for the high ones
+    static constexpr int Q = offsetof(B, qh), NEXT = (int)sizeof(B) - 16;
+    static constexpr shuf_table<2> sel([](int k, int lane, int j) { return Q + 2 * k + j / 8 + lane * NEXT; });
     const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL), sixteen = _mm256_set1_epi8(16);
     for (int h = 0; h < 2; h++) {
         const __m256i q = heads2(x + 2 * h);
-        auto spread = [&](__m256i sel) {
-            const __m256i t = _mm256_and_si256(_mm256_shuffle_epi8(q, sel), bit);
+        auto spread = [&](__m256i idx) {
+            const __m256i t = _mm256_and_si256(_mm256_shuffle_epi8(q, idx), bit);
             return _mm256_and_si256(_mm256_cmpeq_epi8(t, bit), sixteen);
         };
-        u[h] = _mm256_or_si256(u[h], spread(lo.get()));
-        v[h] = _mm256_or_si256(v[h], spread(hi.get()));
+        u[h] = _mm256_or_si256(u[h], spread(sel[0]));
+        v[h] = _mm256_or_si256(v[h], spread(sel[1]));
     }
 }
 template <class B>
