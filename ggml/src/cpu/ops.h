@@ -48,6 +48,12 @@ static inline size_t ggml_row_offset(const struct ggml_tensor *shape, const stru
 // scratch: k floats (only read with high). act-convert.cpp.
 void ggml_convert_act(const float *x, void *out, int64_t k, ggml_from_float_t from_float, ggml_to_float_t to_float,
                       size_t vrow, bool high, float *scratch);
+// The fast F16 / BF16 mat-vec (mul-mat.cpp): the activation row rounded to
+// the weight format but stored as f32, for the f32-activation kernel
+// (vec_dot_f32): the same products as the F16 x F16 kernel with one format
+// conversion per product instead of two (the half-rate vcvtph2ps of Zen 1
+// made F16 x F16 compute-bound). nullptr for other types. act-convert.cpp.
+ggml_from_float_t ggml_round_act(enum ggml_type type);
 // *s = dot(x, y), plus with resid the dot with the converted residual that
 // ggml_convert_act stored at y + vrow.
 static inline void ggml_vec_dot_resid(ggml_vec_dot_t dot, int64_t k, float *s, const void *x, const void *y, size_t vrow,
