@@ -13,6 +13,7 @@
 #include "ggml-cpu.h"
 #include "ggml-quants.h"
 #include "cpu-features.h"
+#include "gemm-amx.h"
 #include "vec-dot-simd.h"
 
 static int g_fail = 0;
@@ -452,7 +453,7 @@ int main() {
                         __builtin_cpu_supports("avx512vnni");
     // dispatch must pick the widest family the CPU has, capped by PINFER_CPU (cpu-type-traits.cpp)
     const char *cap = getenv("PINFER_CPU");
-    const int allow = !cap || !*cap || strcmp(cap, "avx512") == 0 ? 3
+    const int allow = !cap || !*cap || strcmp(cap, "amx") == 0 || strcmp(cap, "avx512") == 0 ? 3
                       : strcmp(cap, "avxvnni") == 0                ? 2
                       : strcmp(cap, "avx2") == 0                   ? 1
                                                                    : 0;
@@ -461,6 +462,10 @@ int main() {
           want, cap ? cap : "");
     CHECK((strcmp(want, "scalar") != 0) == (ggml_cpu_q8x() != nullptr), "q8x kernels %s with family %s",
           ggml_cpu_q8x() ? "installed" : "missing", want);
+    // the AMX tiles only at the amx level (the default), on a CPU with them, once the OS grants them
+    const bool tiles = avx512 && allow >= 3 && (!cap || !*cap || strcmp(cap, "amx") == 0) && ggml_cpu_amx_request();
+    CHECK(tiles == (ggml_cpu_amx() != nullptr), "AMX kernels %s (PINFER_CPU=%s)", ggml_cpu_amx() ? "installed" : "missing",
+          cap ? cap : "");
     if (avx2) {
         table t2 = ref;
         ggml_cpu_set_kernels_avx2(t2.t);

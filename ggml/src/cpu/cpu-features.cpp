@@ -7,9 +7,23 @@
 // (leaf 7 subleaf 1, EAX bit 4) from CPUID everywhere, for the same reason.
 #if defined(__x86_64__) || defined(_M_X64)
 #include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 static bool has_avxvnni() {
     unsigned a, b, c, d;
     return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4));
+}
+// AMX-TILE and AMX-INT8 (leaf 7, EDX bits 24 and 25), and the OS's XSAVE
+// support for the tile configuration and data (XCR0 bits 17 and 18).
+static bool has_amx_int8() {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25))) return false;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE)) return false;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (lo & (3u << 17)) == (3u << 17);
 }
 #if defined(__clang__) && __clang_major__ < 16
 static bool has_f16c() {
@@ -37,6 +51,7 @@ static ggml_cpu_features detect() {
     f.avx512vnni = __builtin_cpu_supports("avx512vnni");
     f.avx512bf16 = __builtin_cpu_supports("avx512bf16");
     f.avx512vbmi = __builtin_cpu_supports("avx512vbmi");
+    f.amx_int8 = has_amx_int8();
 #endif
     return f;
 }
@@ -44,4 +59,16 @@ static ggml_cpu_features detect() {
 const ggml_cpu_features *ggml_cpu_get_features(void) {
     static const ggml_cpu_features f = detect();
     return &f;
+}
+
+bool ggml_cpu_amx_request(void) {
+#if (defined(__x86_64__) || defined(_M_X64)) && defined(__linux__)
+    static const bool granted = [] {
+        constexpr long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;  // <asm/prctl.h>, the XSAVE component
+        return ggml_cpu_get_features()->amx_int8 && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    }();
+    return granted;
+#else
+    return false;
+#endif
 }

@@ -10,6 +10,7 @@
 
 #include "cpu-features.h"
 #include "ggml-cpu.h"
+#include "gemm-amx.h"
 #include "ggml-quants.h"
 #include "sparse-axpy.h"
 #include "vec-dot-simd.h"
@@ -21,15 +22,16 @@ namespace {
 // PINFER_CPU caps the kernels below what the CPU has, e.g. to run and measure
 // the path of a CPU without AVX-512: avxvnni (AVX2 with AVX-VNNI, as consumer
 // Intel CPUs from Alder Lake on), avx2 (plain AVX2, as Haswell .. Zen 3), or
-// scalar; avx512 (or unset) means the best the CPU has. The highest level
-// allowed, in this order: 3 avx512, 2 avxvnni, 1 avx2, 0 scalar.
+// scalar; avx512 leaves out the AMX tiles of the prompt batches, amx (or
+// unset) means the best the CPU has. The highest level allowed, in this
+// order: 4 amx, 3 avx512, 2 avxvnni, 1 avx2, 0 scalar.
 int env_cap() {
-    static const char *const levels[] = {"scalar", "avx2", "avxvnni", "avx512"};
+    static const char *const levels[] = {"scalar", "avx2", "avxvnni", "avx512", "amx"};
     const char *e = getenv("PINFER_CPU");
-    if (!e || !*e) return 3;
-    for (int i = 0; i < 4; i++)
+    if (!e || !*e) return 4;
+    for (int i = 0; i < 5; i++)
         if (strcmp(e, levels[i]) == 0) return i;
-    fprintf(stderr, "pinfer: PINFER_CPU='%s' is not one of avx512, avxvnni, avx2, scalar\n", e);
+    fprintf(stderr, "pinfer: PINFER_CPU='%s' is not one of amx, avx512, avxvnni, avx2, scalar\n", e);
     exit(2);
 }
 
@@ -38,6 +40,7 @@ struct cpu_tables {
     ggml_cpu_type_traits best[GGML_TYPE_COUNT] = {};  // the fastest this CPU runs
     const char *name = "scalar";
     const ggml_q8x_kernels *q8x = nullptr;
+    const ggml_amx_kernels *amx = nullptr;  // prompt batches on AMX tiles
     ggml_vec_dot2_t dot2[GGML_TYPE_COUNT] = {};  // a row and its residual in one pass (GGML_PREC_HIGH)
     char variant[96] = "scalar";
     ggml_axpy_kernels axpy_ref = {}, axpy_best = {};
@@ -91,8 +94,13 @@ struct cpu_tables {
             ggml_cpu_set_kernels_avx512(best, f.avx512bf16, f.avx512vbmi);
             q8x = f.avx512vbmi ? ggml_cpu_q8x_avx512vbmi() : ggml_cpu_q8x_avx512();
             ggml_cpu_set_dot_resid_avx512(dot2, f.avx512vbmi);
-            snprintf(variant, sizeof variant, "avx512 (VNNI; q8x weights unpacked %s)",
-                     f.avx512vbmi ? "with VBMI" : "by inserts");
+            // the tile state is asked for only when it would be used
+            const bool tiles = f.amx_int8 && cap >= 4 && ggml_cpu_amx_request();
+            if (tiles) amx = ggml_cpu_amx_kernels();
+            snprintf(variant, sizeof variant, "avx512 (VNNI; q8x weights unpacked %s%s)", f.avx512vbmi ? "with VBMI" : "by inserts",
+                     tiles ? "; AMX-INT8 tiles for prompts"
+                     : f.amx_int8 && cap >= 4 ? "; AMX refused by the OS"
+                     : f.amx_int8 ? "; AMX capped by PINFER_CPU" : "");
             name = "avx512";
         } else if (avx2 && cap >= 1) {
             ggml_cpu_set_kernels_avx2(best);
@@ -148,6 +156,7 @@ size_t ggml_quantize_chunk(ggml_type type, const float *src, void *dst, int64_t 
 // Not under ggml_cpu_force_scalar: callers pair q8x with the SIMD dot kernels
 // only (they check vec_dot != vec_dot_ref).
 const ggml_q8x_kernels *ggml_cpu_q8x(void) { return tables().q8x; }
+const ggml_amx_kernels *ggml_cpu_amx(void) { return tables().amx; }
 
 ggml_q8x_pick ggml_cpu_q8x_pick(enum ggml_type t, int64_t k, int64_t ncols, bool high) {
     ggml_q8x_pick p = {};

@@ -22,6 +22,7 @@
 
 #include <algorithm>
 
+#include "gemm-amx.h"
 #include "ggml-impl.h"
 #include "ops.h"
 #include "vec-dot-simd.h"
@@ -48,12 +49,14 @@ struct plan {
     size_t bstride;  // bytes from one converted b row to the next (vrow, or 2 vrow with resid)
     ggml_vec_dot2_t dot2;  // non-null with resid: one call for the row and its residual
     ggml_vec_dot_t dot;    // the one-column kernel for vdt (ggml_cpu_act_dot)
+    ggml_amx_gemm_t amx_gemm;      // non-null: the prompt batch runs on AMX tiles (mul_mat_amx)
+    ggml_amx_unpack_t amx_unpack;  // ... on weight rows unpacked by this
 };
 
 void copy_row_f32(const float *x, void *y, int64_t k) { memcpy(y, x, sizeof(float) * (size_t)k); }
 
 plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *dst) {
-    plan p;
+    plan p = {};
     const ggml_cpu_type_traits *ta = ggml_get_cpu_type_traits(a->type);
     const bool high = ggml_prec_high(dst);
     p.vdt = ggml_cpu_act_type(ta, high);
@@ -98,6 +101,15 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *ds
     // F16's f32 rows), so a residual only ever meets the one-column kernels
     if (p.resid && p.q8x_dot) ggml_abort("mul_mat: a multi-column kernel without its high-precision twin");
     p.conv = p.direct ? 0 : align_up(p.bstride * (size_t)(b->ne[1] * b->ne[2] * b->ne[3]));
+    // Prompt batches of one weight matrix on AMX tiles: the q8x (q8xh)
+    // activation values, packed in panels of 16 rows (gemm-amx.h).
+    const ggml_amx_kernels *amx = ta->vec_dot != ta->vec_dot_ref ? ggml_cpu_amx() : nullptr;
+    const bool plain = a->ne[2] * a->ne[3] == 1 && b->ne[2] * b->ne[3] == 1 && !p.gather && dst->nb[0] == sizeof(float);
+    if (amx && plain && pick.quantize && b->ne[1] >= GGML_AMX_MIN_COLS && amx->unpack[a->type]) {
+        p.amx_gemm = high ? amx->gemm_hi[a->type] : amx->gemm[a->type];
+        p.amx_unpack = amx->unpack[a->type];
+        p.conv = align_up(ggml_amx_panel_size(K, high) * (size_t)((b->ne[1] + GGML_AMX_ROWS - 1) / GGML_AMX_ROWS));
+    }
     return p;
 }
 
@@ -125,12 +137,58 @@ static bool private_conv(const ggml_tensor *b, int nth) {
 extern "C" size_t ggml_mul_mat_work_size(const ggml_tensor *node, int n_threads) {
     const ggml_tensor *a = node->src[0], *b = node->src[1];
     const plan p = make_plan(a, b, node);
+    // AMX: the panels, then per thread a q8x row and 16 unpacked weight rows
+    if (p.amx_gemm) return p.conv + (size_t)n_threads * (align_up(p.vrow) + align_up(ggml_amx_unpacked_size(b->ne[0]))) + ALIGN;
     size_t w = private_conv(b, n_threads) ? p.conv * (size_t)n_threads : p.conv;
     const size_t frow = align_up(sizeof(float) * (size_t)b->ne[0]);
     if (p.gather) w += (size_t)n_threads * frow;
     if (p.resid) w += (size_t)n_threads * frow;
     if (p.q8x_gemm) w += (size_t)n_threads * unpack_bytes(b->ne[0]) + ALIGN;
     return w;
+}
+
+// A prompt batch on AMX tiles: the activation rows quantized to q8x (q8xh)
+// and packed into panels of 16, rows split among threads; after a barrier,
+// every thread unpacks its blocks of 16 weight rows once each and takes them
+// against every panel (or, with fewer weight blocks than threads, every
+// thread takes all the blocks against its share of the panels). Each output
+// is computed the same way whatever the split.
+static void mul_mat_amx(const plan &p, const ggml_compute_params *params, ggml_tensor *dst) {
+    const ggml_tensor *a = dst->src[0], *b = dst->src[1];
+    const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1];
+    const bool high = ggml_prec_high(dst);
+    const int ith = params->ith, nth = params->nth;
+    constexpr int64_t T = GGML_AMX_ROWS;
+    const int64_t np = (N + T - 1) / T, nw = (M + T - 1) / T;  // activation panels, weight blocks
+    const size_t psz = ggml_amx_panel_size(K, high);
+    const uintptr_t base = ((uintptr_t)params->wdata + ALIGN - 1) / ALIGN * ALIGN;
+    char *const panels = (char *)base;
+    char *const qrow = panels + p.conv + (size_t)ith * (align_up(p.vrow) + align_up(ggml_amx_unpacked_size(K)));
+    char *const ubuf = qrow + align_up(p.vrow);
+
+    int64_t r0, r1;
+    ggml_split_range(np * T, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const bool row = r < N;
+        if (row) p.q8x_quantize((const float *)((const char *)b->data + r * b->nb[1]), qrow, K);
+        ggml_amx_pack(row ? qrow : nullptr, K, high, panels + (size_t)(r / T) * psz, (int)(r % T));
+    }
+    ggml_barrier(params->tp);
+
+    const bool by_rows = nw >= nth;
+    int64_t lo, hi;
+    ggml_split_range(by_rows ? nw : np, ith, nth, &lo, &hi);
+    const int64_t wb = by_rows ? lo : 0, we = by_rows ? hi : nw, pb = by_rows ? 0 : lo, pe = by_rows ? np : hi;
+    if (wb >= we || pb >= pe) return;
+    ggml_amx_begin();
+    for (int64_t w = wb; w < we; w++) {
+        const int nr = (int)std::min(T, M - w * T);
+        p.amx_unpack((const char *)a->data + w * T * a->nb[1], a->nb[1], nr, K, ubuf);
+        for (int64_t j = pb; j < pe; j++)
+            p.amx_gemm(K, ubuf, panels + (size_t)j * psz, (float *)((char *)dst->data + w * T * sizeof(float) + j * T * dst->nb[1]),
+                       dst->nb[1], nr, (int)std::min(T, N - j * T));
+    }
+    ggml_amx_end();
 }
 
 extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, ggml_tensor *dst) {
@@ -142,6 +200,7 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
         ggml_abort("mul_mat: K=%lld is not a multiple of the %s block size", (long long)K, ggml_type_name(a->type));
     const int64_t r2 = B2 / a->ne[2], r3 = B3 / a->ne[3];
     const plan p = make_plan(a, b, dst);
+    if (p.amx_gemm) return mul_mat_amx(p, params, dst);
     const int ith = params->ith, nth = params->nth;
     const bool priv = private_conv(b, nth);
     char *const wbase = (char *)params->wdata;

@@ -1,0 +1,284 @@
+// The AMX tile kernels of MUL_MAT's prompt batches (gemm-amx.h). Compiled
+// with AVX-512 and AMX-TILE / AMX-INT8; called only on a CPU that has them and
+// once the OS granted the tile state (cpu-type-traits.cpp).
+#include "gemm-amx.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#include <initializer_list>
+
+#include "ggml-quants.h"
+#include "kquant-scales.h"
+#include "vec-dot-simd.h"
+
+namespace {
+
+// The tiles: W the weights (16 rows x 32 bytes), Q and R the activations'
+// q and residual (8 rows x 64 bytes: 16 rows x 32 elements in the VNNI
+// order), C0..C3 the sums (16 x 16 int32), two per block in flight so that
+// the next block's products run while this one's are scaled. (Macros: the
+// tile intrinsics paste their tile numbers into the instruction text.)
+#define TW 0
+#define TQ 1
+#define TR 2
+#define TC0 4
+#define TC1 5
+#define TC2 6
+#define TC3 7
+
+struct alignas(64) tile_config {  // palette 1 (Intel SDM, LDTILECFG)
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+tile_config make_config() {
+    tile_config c = {};
+    c.palette = 1;
+    c.rows[TW] = 16, c.colsb[TW] = 32;
+    for (int t : {TQ, TR}) c.rows[t] = 8, c.colsb[t] = 64;
+    for (int t : {TC0, TC1, TC2, TC3}) c.rows[t] = 16, c.colsb[t] = 64;
+    return c;
+}
+
+inline float fp16(ggml_fp16_t h) { return _cvtsh_ss(h); }
+
+// ---- weight rows -> int8 values in element order, a scale and a minimum per 32 ----
+// Each writes one row: q (k bytes), dw[16 b], mw[16 b] for its blocks b.
+
+// 16 packed nibble bytes -> 32 values: low nibbles (elements 0..15), then high
+inline __m256i nibbles_lohi(const uint8_t *qs) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(0x0F);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
+}
+// bit j of a 32-bit word as 0x10 in byte j
+inline __m256i fifth_bits(const uint8_t *qh) {
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    return _mm256_maskz_set1_epi8((__mmask32)h, 0x10);
+}
+
+void row_q4_0(const void *vx, int64_t nb, int8_t *q, float *dw, float *mw) {
+    const block_q4_0 *x = (const block_q4_0 *)vx;
+    for (int64_t b = 0; b < nb; b++) {
+        _mm256_storeu_si256((__m256i *)(q + 32 * b), _mm256_sub_epi8(nibbles_lohi(x[b].qs), _mm256_set1_epi8(8)));
+        dw[16 * b] = fp16(x[b].d), mw[16 * b] = 0.0f;
+    }
+}
+void row_q4_1(const void *vx, int64_t nb, int8_t *q, float *dw, float *mw) {
+    const block_q4_1 *x = (const block_q4_1 *)vx;
+    for (int64_t b = 0; b < nb; b++) {
+        _mm256_storeu_si256((__m256i *)(q + 32 * b), nibbles_lohi(x[b].qs));
+        dw[16 * b] = fp16(x[b].d), mw[16 * b] = fp16(x[b].m);
+    }
+}
+void row_q5_0(const void *vx, int64_t nb, int8_t *q, float *dw, float *mw) {
+    const block_q5_0 *x = (const block_q5_0 *)vx;
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256i v = _mm256_or_si256(nibbles_lohi(x[b].qs), fifth_bits(x[b].qh));
+        _mm256_storeu_si256((__m256i *)(q + 32 * b), _mm256_sub_epi8(v, _mm256_set1_epi8(16)));
+        dw[16 * b] = fp16(x[b].d), mw[16 * b] = 0.0f;
+    }
+}
+void row_q5_1(const void *vx, int64_t nb, int8_t *q, float *dw, float *mw) {
+    const block_q5_1 *x = (const block_q5_1 *)vx;
+    for (int64_t b = 0; b < nb; b++) {
+        _mm256_storeu_si256((__m256i *)(q + 32 * b), _mm256_or_si256(nibbles_lohi(x[b].qs), fifth_bits(x[b].qh)));
+        dw[16 * b] = fp16(x[b].d), mw[16 * b] = fp16(x[b].m);
+    }
+}
+void row_q8_0(const void *vx, int64_t nb, int8_t *q, float *dw, float *mw) {
+    const block_q8_0 *x = (const block_q8_0 *)vx;
+    for (int64_t b = 0; b < nb; b++) {
+        memcpy(q + 32 * b, x[b].qs, 32);
+        dw[16 * b] = fp16(x[b].d), mw[16 * b] = 0.0f;
+    }
+}
+// q4_K / q5_K: sub-block j of a superblock is the low (j even) or high (j
+// odd) nibbles of 32 bytes, weight = d sc_j u - dmin m_j.
+template <bool Q5>
+void row_q45_K(const void *vx, int64_t nb, int8_t *q, float *dw, float *mw) {
+    const int64_t ns = nb / 8;
+    for (int64_t s = 0; s < ns; s++) {
+        const uint8_t *blk = (const uint8_t *)vx + s * (Q5 ? sizeof(block_q5_K) : sizeof(block_q4_K));
+        const block_q4_K *x4 = (const block_q4_K *)blk;
+        const block_q5_K *x5 = (const block_q5_K *)blk;
+        const float d = fp16(Q5 ? x5->d : x4->d), dmin = fp16(Q5 ? x5->dmin : x4->dmin);
+        alignas(16) uint8_t sm[16];
+        _mm_store_si128((__m128i *)sm, scales_q45(Q5 ? x5->scales : x4->scales));
+        const uint8_t *qs = Q5 ? x5->qs : x4->qs;
+        const __m256i m4 = _mm256_set1_epi8(0x0F);
+        __m256i hb = Q5 ? _mm256_loadu_si256((const __m256i *)x5->qh) : _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            if (Q5) {  // bit 2c (low sub-block) and 2c + 1 of each qh byte, moved to bit 4
+                const __m256i one = _mm256_set1_epi8(1);
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), one), 4));
+                hb = _mm256_srli_epi16(hb, 2);
+            }
+            int8_t *o = q + 256 * s + 64 * c;
+            _mm256_storeu_si256((__m256i *)o, lo);
+            _mm256_storeu_si256((__m256i *)(o + 32), hi);
+        }
+        for (int j = 0; j < 8; j++) {
+            dw[16 * (8 * s + j)] = d * (float)sm[j];
+            mw[16 * (8 * s + j)] = -(dmin * (float)sm[8 + j]);
+        }
+    }
+}
+
+typedef void (*row_fn)(const void *x, int64_t nb, int8_t *q, float *dw, float *mw);
+
+template <row_fn ROW>
+void unpack(const void *rows, size_t row_stride, int nr, int64_t k, void *vu) {
+    const int64_t nb = k / 32;
+    int8_t *q = (int8_t *)vu;
+    float *dw = (float *)(q + GGML_AMX_ROWS * k), *mw = dw + GGML_AMX_ROWS * nb;
+    for (int m = 0; m < nr; m++) ROW((const char *)rows + (size_t)m * row_stride, nb, q + m * k, dw + m, mw + m);
+    for (int m = nr; m < GGML_AMX_ROWS; m++) {  // zeros: finite sums, never stored
+        memset(q + m * k, 0, (size_t)k);
+        for (int64_t b = 0; b < nb; b++) dw[16 * b + m] = mw[16 * b + m] = 0.0f;
+    }
+}
+
+// ---- the product ----
+// Per block b: C = W_b Q_b (and C' = W_b R_b) in tiles, then per weight row
+// m, a vector over the 16 activation rows:
+//   acc[m] += float(C[m] (or 128 C[m] + C'[m])) * (dw[b][m] d[b]) + mw[b][m] sd[b]
+// (the last term only for the types with a stored minimum: MIN).
+template <bool H, bool MIN>
+inline void scale_block(const int32_t *c, const int32_t *c2, const float *dwb, const float *mwb, const uint8_t *pb, __m512 *acc) {
+    constexpr size_t DOFF = H ? 1024 : 512;
+    const __m512 d = _mm512_load_ps((const float *)(pb + DOFF)), sd = _mm512_load_ps((const float *)(pb + DOFF + 64));
+#pragma GCC unroll 16
+    for (int m = 0; m < 16; m++) {
+        __m512i v = _mm512_load_si512(c + 16 * m);
+        if (H) v = _mm512_add_epi32(_mm512_slli_epi32(v, 7), _mm512_load_si512(c2 + 16 * m));
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(_mm512_set1_ps(dwb[m]), d), acc[m]);
+        if (MIN) acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(mwb[m]), sd, acc[m]);
+    }
+}
+
+template <bool H, bool MIN>
+void gemm(int64_t k, const void *vu, const void *vp, float *dst, size_t ds, int nr, int nc) {
+    const int64_t nb = k / 32;
+    const int8_t *wq = (const int8_t *)vu;
+    const float *dw = (const float *)(wq + GGML_AMX_ROWS * k), *mw = dw + GGML_AMX_ROWS * nb;
+    const uint8_t *pan = (const uint8_t *)vp;
+    constexpr size_t BLK = H ? 1152 : 640;
+    alignas(64) int32_t c[4][256];
+    __m512 acc[16];
+    for (int m = 0; m < 16; m++) acc[m] = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 1 < nb; b += 2) {  // two blocks: the second's tile products overlap the first's scaling
+        const uint8_t *p0 = pan + b * BLK, *p1 = p0 + BLK;
+        _tile_loadd(TW, wq + 32 * b, k);
+        _tile_loadd(TQ, p0, 64);
+        _tile_zero(TC0);
+        _tile_dpbssd(TC0, TW, TQ);
+        if (H) {
+            _tile_loadd(TR, p0 + 512, 64);
+            _tile_zero(TC1);
+            _tile_dpbssd(TC1, TW, TR);
+        }
+        _tile_loadd(TW, wq + 32 * b + 32, k);
+        _tile_loadd(TQ, p1, 64);
+        _tile_zero(TC2);
+        _tile_dpbssd(TC2, TW, TQ);
+        if (H) {
+            _tile_loadd(TR, p1 + 512, 64);
+            _tile_zero(TC3);
+            _tile_dpbssd(TC3, TW, TR);
+        }
+        _tile_stored(TC0, c[0], 64);
+        if (H) _tile_stored(TC1, c[1], 64);
+        scale_block<H, MIN>(c[0], c[1], dw + 16 * b, mw + 16 * b, p0, acc);
+        _tile_stored(TC2, c[2], 64);
+        if (H) _tile_stored(TC3, c[3], 64);
+        scale_block<H, MIN>(c[2], c[3], dw + 16 * b + 16, mw + 16 * b + 16, p1, acc);
+    }
+    if (b < nb) {
+        const uint8_t *p0 = pan + b * BLK;
+        _tile_loadd(TW, wq + 32 * b, k);
+        _tile_loadd(TQ, p0, 64);
+        _tile_zero(TC0);
+        _tile_dpbssd(TC0, TW, TQ);
+        _tile_stored(TC0, c[0], 64);
+        if (H) {
+            _tile_loadd(TR, p0 + 512, 64);
+            _tile_zero(TC1);
+            _tile_dpbssd(TC1, TW, TR);
+            _tile_stored(TC1, c[1], 64);
+        }
+        scale_block<H, MIN>(c[0], c[1], dw + 16 * b, mw + 16 * b, p0, acc);
+    }
+    // acc[m] holds weight row m for the 16 activation rows: transpose through
+    // memory, one activation row's nr outputs at a time
+    alignas(64) float t[256];
+    for (int m = 0; m < 16; m++) _mm512_store_ps(t + 16 * m, acc[m]);
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(16));
+    const __mmask16 rows = (__mmask16)((1u << nr) - 1);
+    for (int n = 0; n < nc; n++)
+        _mm512_mask_storeu_ps((char *)dst + (size_t)n * ds, rows, _mm512_i32gather_ps(idx, t + n, 4));
+}
+
+template <row_fn ROW, bool MIN>
+void set(ggml_amx_kernels *k, ggml_type t) {
+    k->unpack[t] = unpack<ROW>;
+    k->gemm[t] = gemm<false, MIN>;
+    k->gemm_hi[t] = gemm<true, MIN>;
+}
+
+ggml_amx_kernels make_kernels() {
+    ggml_amx_kernels k = {};
+    set<row_q4_0, false>(&k, GGML_TYPE_Q4_0);
+    set<row_q4_1, true>(&k, GGML_TYPE_Q4_1);
+    set<row_q5_0, false>(&k, GGML_TYPE_Q5_0);
+    set<row_q5_1, true>(&k, GGML_TYPE_Q5_1);
+    set<row_q8_0, false>(&k, GGML_TYPE_Q8_0);
+    set<row_q45_K<false>, true>(&k, GGML_TYPE_Q4_K);
+    set<row_q45_K<true>, true>(&k, GGML_TYPE_Q5_K);
+    return k;
+}
+
+}  // namespace
+
+void ggml_amx_pack(const void *q8x_row, int64_t k, bool high, void *panel, int n) {
+    const int64_t nb = k / 32;
+    const size_t blk = ggml_amx_panel_block(high), group = high ? GGML_Q8XH_GROUP : GGML_Q8X_GROUP;
+    const size_t dy = high ? 256 : 128, sd = dy + 128;  // the q8x / q8xh offsets (vec-dot-simd.h)
+    const size_t doff = high ? 1024 : 512;
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *o = (uint8_t *)panel + b * blk;
+        if (!q8x_row) {
+            for (int i = 0; i < (high ? 16 : 8); i++) memset(o + 64 * i + 4 * n, 0, 4);
+            memset(o + doff + 4 * n, 0, 4);
+            memset(o + doff + 64 + 4 * n, 0, 4);
+            continue;
+        }
+        // q8x: block l of a group keeps elements 0..15 at 16 l, 16..31 at 64 + 16 l
+        const uint8_t *g = (const uint8_t *)q8x_row + (b / 4) * group;
+        const int l = (int)(b % 4);
+        for (int i = 0; i < 8; i++) {
+            memcpy(o + 64 * i + 4 * n, g + (i < 4 ? 16 * l + 4 * i : 64 + 16 * l + 4 * (i - 4)), 4);
+            if (high) memcpy(o + 512 + 64 * i + 4 * n, g + 128 + (i < 4 ? 16 * l + 4 * i : 64 + 16 * l + 4 * (i - 4)), 4);
+        }
+        memcpy(o + doff + 4 * n, g + dy + 16 * l, 4);
+        memcpy(o + doff + 64 + 4 * n, g + sd + 16 * l, 4);
+    }
+}
+
+const ggml_amx_kernels *ggml_cpu_amx_kernels(void) {
+    static const ggml_amx_kernels k = make_kernels();
+    return &k;
+}
+
+void ggml_amx_begin(void) {
+    static const tile_config cfg = make_config();
+    _tile_loadconfig(&cfg);
+}
+
+void ggml_amx_end(void) { _tile_release(); }
