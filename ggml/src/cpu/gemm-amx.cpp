@@ -179,49 +179,39 @@ void gemm(int64_t k, const void *vu, const void *vp, float *dst, size_t ds, int 
     alignas(64) int32_t c[4][256];
     __m512 acc[16];
     for (int m = 0; m < 16; m++) acc[m] = _mm512_setzero_ps();
+    // One block's tile products, C(CQ) = W Q and with H C(CR) = W R, and their
+    // scaling through c[i], c[i + 1]. (Macros: the tile numbers must be literals.)
+#define BLOCK_PRODUCTS(CQ, CR, bb)                  \
+    do {                                            \
+        _tile_loadd(TW, wq + 32 * (bb), k);         \
+        _tile_loadd(TQ, pan + (bb) * BLK, 64);      \
+        _tile_zero(CQ);                             \
+        _tile_dpbssd(CQ, TW, TQ);                   \
+        if (H) {                                    \
+            _tile_loadd(TR, pan + (bb) * BLK + 512, 64); \
+            _tile_zero(CR);                         \
+            _tile_dpbssd(CR, TW, TR);               \
+        }                                           \
+    } while (0)
+#define BLOCK_SCALE(CQ, CR, i, bb)                                                                 \
+    do {                                                                                           \
+        _tile_stored(CQ, c[i], 64);                                                                \
+        if (H) _tile_stored(CR, c[(i) + 1], 64);                                                   \
+        scale_block<H, MIN>(c[i], c[(i) + 1], dw + 16 * (bb), mw + 16 * (bb), pan + (bb) * BLK, acc); \
+    } while (0)
     int64_t b = 0;
     for (; b + 1 < nb; b += 2) {  // two blocks: the second's tile products overlap the first's scaling
-        const uint8_t *p0 = pan + b * BLK, *p1 = p0 + BLK;
-        _tile_loadd(TW, wq + 32 * b, k);
-        _tile_loadd(TQ, p0, 64);
-        _tile_zero(TC0);
-        _tile_dpbssd(TC0, TW, TQ);
-        if (H) {
-            _tile_loadd(TR, p0 + 512, 64);
-            _tile_zero(TC1);
-            _tile_dpbssd(TC1, TW, TR);
-        }
-        _tile_loadd(TW, wq + 32 * b + 32, k);
-        _tile_loadd(TQ, p1, 64);
-        _tile_zero(TC2);
-        _tile_dpbssd(TC2, TW, TQ);
-        if (H) {
-            _tile_loadd(TR, p1 + 512, 64);
-            _tile_zero(TC3);
-            _tile_dpbssd(TC3, TW, TR);
-        }
-        _tile_stored(TC0, c[0], 64);
-        if (H) _tile_stored(TC1, c[1], 64);
-        scale_block<H, MIN>(c[0], c[1], dw + 16 * b, mw + 16 * b, p0, acc);
-        _tile_stored(TC2, c[2], 64);
-        if (H) _tile_stored(TC3, c[3], 64);
-        scale_block<H, MIN>(c[2], c[3], dw + 16 * b + 16, mw + 16 * b + 16, p1, acc);
+        BLOCK_PRODUCTS(TC0, TC1, b);
+        BLOCK_PRODUCTS(TC2, TC3, b + 1);
+        BLOCK_SCALE(TC0, TC1, 0, b);
+        BLOCK_SCALE(TC2, TC3, 2, b + 1);
     }
     if (b < nb) {
-        const uint8_t *p0 = pan + b * BLK;
-        _tile_loadd(TW, wq + 32 * b, k);
-        _tile_loadd(TQ, p0, 64);
-        _tile_zero(TC0);
-        _tile_dpbssd(TC0, TW, TQ);
-        _tile_stored(TC0, c[0], 64);
-        if (H) {
-            _tile_loadd(TR, p0 + 512, 64);
-            _tile_zero(TC1);
-            _tile_dpbssd(TC1, TW, TR);
-            _tile_stored(TC1, c[1], 64);
-        }
-        scale_block<H, MIN>(c[0], c[1], dw + 16 * b, mw + 16 * b, p0, acc);
+        BLOCK_PRODUCTS(TC0, TC1, b);
+        BLOCK_SCALE(TC0, TC1, 0, b);
     }
+#undef BLOCK_PRODUCTS
+#undef BLOCK_SCALE
     // acc[m] holds weight row m for the 16 activation rows: transpose through
     // memory, one activation row's nr outputs at a time
     alignas(64) float t[256];
