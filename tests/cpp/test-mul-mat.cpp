@@ -222,8 +222,9 @@ int main() {
                 run_case(t, K, 19, 11, 1, 1, 1, 1, B_CONTIG, true);
                 run_case(t, K, 3, 21, 1, 1, 1, 1, B_TRANSPOSED, true);
                 run_case(t, K, 5, 3, 2, 1, 4, 3, B_PERMUTED, true);
-                // prompt batches (AMX tiles where the CPU has them): partial blocks of 16 rows and columns
-                run_case(t, K, 37, 40, 1, 1, 1, 1, B_CONTIG);
+                // prompt batches (AMX tiles where the CPU has them): partial blocks of 16 rows and
+                // columns; 101 rows are a full group of unpacked weight blocks and a partial one
+                run_case(t, K, 101, 40, 1, 1, 1, 1, B_CONTIG);
                 run_case(t, K, 37, 40, 1, 1, 1, 1, B_CONTIG, true);
                 cases += 11;
             }

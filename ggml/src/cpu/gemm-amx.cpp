@@ -12,13 +12,6 @@
 #include "kquant-scales.h"
 #include "vec-dot-simd.h"
 
-// GCC 12 warns that the sums tilestored writes (an asm statement with a
-// memory clobber) may be read uninitialized: it does not count the asm as a
-// store. Zeroing the buffers first would cost a pass per output tile.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
 namespace {
 
 // The tiles: W the weights (16 rows x 32 bytes), Q and R the activations'
@@ -33,6 +26,15 @@ namespace {
 #define TC1 5
 #define TC2 6
 #define TC3 7
+
+// tilestored of a sums tile (16 x 64 bytes) that names the 1 KB it writes:
+// the intrinsic's "memory" clobber makes the compiler keep every accumulator
+// on the stack around it (a load and a store per fma), 28 -> 37 ns a block.
+#define TILE_STORE_SUMS(t, p) TILE_STORE_SUMS_(t, p)
+#define TILE_STORE_SUMS_(t, p)                                                                    \
+    __asm__ volatile("{tilestored\t%%tmm" #t ", (%1,%2,1)|tilestored\t[%1+%2*1], %%tmm" #t "}" \
+                     : "=m"(*(int32_t(*)[256])(p))                                              \
+                     : "r"((void *)(p)), "r"(64L))
 
 struct alignas(64) tile_config {  // palette 1 (Intel SDM, LDTILECFG)
     uint8_t palette, start_row, reserved[14];
@@ -49,10 +51,15 @@ tile_config make_config() {
     return c;
 }
 
+// The unpacked rows are block-major: block b of row m at QB b + 32 m, so a
+// block's weight tile is 512 contiguous bytes (rows K bytes apart fell in one
+// L1 set for K = 4096).
+constexpr size_t QB = 32 * GGML_AMX_ROWS;
+
 inline float fp16(ggml_fp16_t h) { return _cvtsh_ss(h); }
 
 // ---- weight rows -> int8 values in element order, a scale and a minimum per 32 ----
-// Each writes one row: q (k bytes), dw[16 b], mw[16 b] for its blocks b.
+// Each writes one row: q[QB b] (32 bytes), dw[16 b], mw[16 b] for its blocks b.
 
 // 16 packed nibble bytes -> 32 values: low nibbles (elements 0..15), then high
 inline __m256i nibbles_lohi(const uint8_t *qs) {
@@ -69,14 +76,14 @@ inline __m256i fifth_bits(const uint8_t *qh) {
 void row_q4_0(const void *vx, int64_t nb, int8_t *q, float *dw, float *mw) {
     const block_q4_0 *x = (const block_q4_0 *)vx;
     for (int64_t b = 0; b < nb; b++) {
-        _mm256_storeu_si256((__m256i *)(q + 32 * b), _mm256_sub_epi8(nibbles_lohi(x[b].qs), _mm256_set1_epi8(8)));
+        _mm256_storeu_si256((__m256i *)(q + QB * b), _mm256_sub_epi8(nibbles_lohi(x[b].qs), _mm256_set1_epi8(8)));
         dw[16 * b] = fp16(x[b].d), mw[16 * b] = 0.0f;
     }
 }
 void row_q4_1(const void *vx, int64_t nb, int8_t *q, float *dw, float *mw) {
     const block_q4_1 *x = (const block_q4_1 *)vx;
     for (int64_t b = 0; b < nb; b++) {
-        _mm256_storeu_si256((__m256i *)(q + 32 * b), nibbles_lohi(x[b].qs));
+        _mm256_storeu_si256((__m256i *)(q + QB * b), nibbles_lohi(x[b].qs));
         dw[16 * b] = fp16(x[b].d), mw[16 * b] = fp16(x[b].m);
     }
 }
@@ -84,21 +91,21 @@ void row_q5_0(const void *vx, int64_t nb, int8_t *q, float *dw, float *mw) {
     const block_q5_0 *x = (const block_q5_0 *)vx;
     for (int64_t b = 0; b < nb; b++) {
         const __m256i v = _mm256_or_si256(nibbles_lohi(x[b].qs), fifth_bits(x[b].qh));
-        _mm256_storeu_si256((__m256i *)(q + 32 * b), _mm256_sub_epi8(v, _mm256_set1_epi8(16)));
+        _mm256_storeu_si256((__m256i *)(q + QB * b), _mm256_sub_epi8(v, _mm256_set1_epi8(16)));
         dw[16 * b] = fp16(x[b].d), mw[16 * b] = 0.0f;
     }
 }
 void row_q5_1(const void *vx, int64_t nb, int8_t *q, float *dw, float *mw) {
     const block_q5_1 *x = (const block_q5_1 *)vx;
     for (int64_t b = 0; b < nb; b++) {
-        _mm256_storeu_si256((__m256i *)(q + 32 * b), _mm256_or_si256(nibbles_lohi(x[b].qs), fifth_bits(x[b].qh)));
+        _mm256_storeu_si256((__m256i *)(q + QB * b), _mm256_or_si256(nibbles_lohi(x[b].qs), fifth_bits(x[b].qh)));
         dw[16 * b] = fp16(x[b].d), mw[16 * b] = fp16(x[b].m);
     }
 }
 void row_q8_0(const void *vx, int64_t nb, int8_t *q, float *dw, float *mw) {
     const block_q8_0 *x = (const block_q8_0 *)vx;
     for (int64_t b = 0; b < nb; b++) {
-        memcpy(q + 32 * b, x[b].qs, 32);
+        memcpy(q + QB * b, x[b].qs, 32);
         dw[16 * b] = fp16(x[b].d), mw[16 * b] = 0.0f;
     }
 }
@@ -126,9 +133,9 @@ void row_q45_K(const void *vx, int64_t nb, int8_t *q, float *dw, float *mw) {
                 hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), one), 4));
                 hb = _mm256_srli_epi16(hb, 2);
             }
-            int8_t *o = q + 256 * s + 64 * c;
+            int8_t *o = q + QB * (8 * s + 2 * c);
             _mm256_storeu_si256((__m256i *)o, lo);
-            _mm256_storeu_si256((__m256i *)(o + 32), hi);
+            _mm256_storeu_si256((__m256i *)(o + QB), hi);
         }
         for (int j = 0; j < 8; j++) {
             dw[16 * (8 * s + j)] = d * (float)sm[j];
@@ -144,10 +151,12 @@ void unpack(const void *rows, size_t row_stride, int nr, int64_t k, void *vu) {
     const int64_t nb = k / 32;
     int8_t *q = (int8_t *)vu;
     float *dw = (float *)(q + GGML_AMX_ROWS * k), *mw = dw + GGML_AMX_ROWS * nb;
-    for (int m = 0; m < nr; m++) ROW((const char *)rows + (size_t)m * row_stride, nb, q + m * k, dw + m, mw + m);
+    for (int m = 0; m < nr; m++) ROW((const char *)rows + (size_t)m * row_stride, nb, q + 32 * m, dw + m, mw + m);
     for (int m = nr; m < GGML_AMX_ROWS; m++) {  // zeros: finite sums, never stored
-        memset(q + m * k, 0, (size_t)k);
-        for (int64_t b = 0; b < nb; b++) dw[16 * b + m] = mw[16 * b + m] = 0.0f;
+        for (int64_t b = 0; b < nb; b++) {
+            memset(q + QB * b + 32 * m, 0, 32);
+            dw[16 * b + m] = mw[16 * b + m] = 0.0f;
+        }
     }
 }
 
@@ -177,13 +186,14 @@ void gemm(int64_t k, const void *vu, const void *vp, float *dst, size_t ds, int 
     const uint8_t *pan = (const uint8_t *)vp;
     constexpr size_t BLK = H ? 1152 : 640;
     alignas(64) int32_t c[4][256];
-    __m512 acc[16];
+    __m512 acc[16];  // in registers only if every loop over it is unrolled
+#pragma GCC unroll 16
     for (int m = 0; m < 16; m++) acc[m] = _mm512_setzero_ps();
     // One block's tile products, C(CQ) = W Q and with H C(CR) = W R, and their
     // scaling through c[i], c[i + 1]. (Macros: the tile numbers must be literals.)
 #define BLOCK_PRODUCTS(CQ, CR, bb)                  \
     do {                                            \
-        _tile_loadd(TW, wq + 32 * (bb), k);         \
+        _tile_loadd(TW, wq + QB * (bb), 32);         \
         _tile_loadd(TQ, pan + (bb) * BLK, 64);      \
         _tile_zero(CQ);                             \
         _tile_dpbssd(CQ, TW, TQ);                   \
@@ -195,8 +205,8 @@ void gemm(int64_t k, const void *vu, const void *vp, float *dst, size_t ds, int 
     } while (0)
 #define BLOCK_SCALE(CQ, CR, i, bb)                                                                 \
     do {                                                                                           \
-        _tile_stored(CQ, c[i], 64);                                                                \
-        if (H) _tile_stored(CR, c[(i) + 1], 64);                                                   \
+        TILE_STORE_SUMS(CQ, c[i]);                                                                 \
+        if (H) TILE_STORE_SUMS(CR, c[(i) + 1]);                                                    \
         scale_block<H, MIN>(c[i], c[(i) + 1], dw + 16 * (bb), mw + 16 * (bb), pan + (bb) * BLK, acc); \
     } while (0)
     int64_t b = 0;
@@ -215,6 +225,7 @@ void gemm(int64_t k, const void *vu, const void *vp, float *dst, size_t ds, int 
     // acc[m] holds weight row m for the 16 activation rows: transpose through
     // memory, one activation row's nr outputs at a time
     alignas(64) float t[256];
+#pragma GCC unroll 16
     for (int m = 0; m < 16; m++) _mm512_store_ps(t + 16 * m, acc[m]);
     const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(16));
     const __mmask16 rows = (__mmask16)((1u << nr) - 1);

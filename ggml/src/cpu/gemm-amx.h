@@ -17,9 +17,9 @@
 //   float d[16]         the q8x scale of row n (df, or df / 128 with high)
 //   float sd[16]        d * the sum of the row's block (128 q + q2 with high)
 // Weights: 16 rows unpacked by the type's ggml_amx_unpack_t:
-//   int8  q[16][K]      row m's values v (natural element order)
-//   float dw[K/32][16]  weight = dw v + mw per block of 32
-//   float mw[K/32][16]  (zero for the types with a fixed offset: v is signed)
+//   int8  q[K/32][16][32]  block b of row m's values v (element order)
+//   float dw[K/32][16]     weight = dw v + mw per block of 32
+//   float mw[K/32][16]     (zero for the types with a fixed offset: v is signed)
 // The missing rows of a partial panel (weights or activations) are zeros.
 #pragma once
 

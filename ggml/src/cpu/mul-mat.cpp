@@ -134,11 +134,20 @@ static bool private_conv(const ggml_tensor *b, int nth) {
     return nth > 1 && b->ne[1] * b->ne[2] * b->ne[3] <= PRIVATE_ROWS;
 }
 
+// AMX prompt batches: each thread unpacks AMX_GROUP blocks of 16 weight rows
+// and takes each panel against all of them before the next, so a panel (80 KB
+// for K = 4096) comes from L3 once per group instead of once per block, and
+// the group's weights (~290 KB) stay in L2.
+constexpr int64_t AMX_GROUP = 4;
+static size_t amx_thread_bytes(const plan &p, int64_t K) {
+    return align_up(p.vrow) + (size_t)AMX_GROUP * align_up(ggml_amx_unpacked_size(K));
+}
+
 extern "C" size_t ggml_mul_mat_work_size(const ggml_tensor *node, int n_threads) {
     const ggml_tensor *a = node->src[0], *b = node->src[1];
     const plan p = make_plan(a, b, node);
-    // AMX: the panels, then per thread a q8x row and 16 unpacked weight rows
-    if (p.amx_gemm) return p.conv + (size_t)n_threads * (align_up(p.vrow) + align_up(ggml_amx_unpacked_size(b->ne[0]))) + ALIGN;
+    // AMX: the panels, then per thread a q8x row and AMX_GROUP unpacked weight blocks
+    if (p.amx_gemm) return p.conv + (size_t)n_threads * amx_thread_bytes(p, b->ne[0]) + ALIGN;
     size_t w = private_conv(b, n_threads) ? p.conv * (size_t)n_threads : p.conv;
     const size_t frow = align_up(sizeof(float) * (size_t)b->ne[0]);
     if (p.gather) w += (size_t)n_threads * frow;
@@ -149,8 +158,8 @@ extern "C" size_t ggml_mul_mat_work_size(const ggml_tensor *node, int n_threads)
 
 // A prompt batch on AMX tiles: the activation rows quantized to q8x (q8xh)
 // and packed into panels of 16, rows split among threads; after a barrier,
-// every thread unpacks its blocks of 16 weight rows once each and takes them
-// against every panel (or, with fewer weight blocks than threads, every
+// every thread unpacks its blocks of 16 weight rows once each, AMX_GROUP at a
+// time, and takes them against every panel (or, with fewer weight blocks than threads, every
 // thread takes all the blocks against its share of the panels). Each output
 // is computed the same way whatever the split.
 static void mul_mat_amx(const plan &p, const ggml_compute_params *params, ggml_tensor *dst) {
@@ -163,8 +172,9 @@ static void mul_mat_amx(const plan &p, const ggml_compute_params *params, ggml_t
     const size_t psz = ggml_amx_panel_size(K, high);
     const uintptr_t base = ((uintptr_t)params->wdata + ALIGN - 1) / ALIGN * ALIGN;
     char *const panels = (char *)base;
-    char *const qrow = panels + p.conv + (size_t)ith * (align_up(p.vrow) + align_up(ggml_amx_unpacked_size(K)));
+    char *const qrow = panels + p.conv + (size_t)ith * amx_thread_bytes(p, K);
     char *const ubuf = qrow + align_up(p.vrow);
+    const size_t usz = align_up(ggml_amx_unpacked_size(K));
 
     int64_t r0, r1;
     ggml_split_range(np * T, ith, nth, &r0, &r1);
@@ -181,12 +191,15 @@ static void mul_mat_amx(const plan &p, const ggml_compute_params *params, ggml_t
     const int64_t wb = by_rows ? lo : 0, we = by_rows ? hi : nw, pb = by_rows ? 0 : lo, pe = by_rows ? np : hi;
     if (wb >= we || pb >= pe) return;
     ggml_amx_begin();
-    for (int64_t w = wb; w < we; w++) {
-        const int nr = (int)std::min(T, M - w * T);
-        p.amx_unpack((const char *)a->data + w * T * a->nb[1], a->nb[1], nr, K, ubuf);
+    for (int64_t w0 = wb; w0 < we; w0 += AMX_GROUP) {
+        const int64_t w1 = std::min(we, w0 + AMX_GROUP);
+        for (int64_t w = w0; w < w1; w++)
+            p.amx_unpack((const char *)a->data + w * T * a->nb[1], a->nb[1], (int)std::min(T, M - w * T), K, ubuf + (w - w0) * usz);
         for (int64_t j = pb; j < pe; j++)
-            p.amx_gemm(K, ubuf, panels + (size_t)j * psz, (float *)((char *)dst->data + w * T * sizeof(float) + j * T * dst->nb[1]),
-                       dst->nb[1], nr, (int)std::min(T, N - j * T));
+            for (int64_t w = w0; w < w1; w++)
+                p.amx_gemm(K, ubuf + (w - w0) * usz, panels + (size_t)j * psz,
+                           (float *)((char *)dst->data + w * T * sizeof(float) + j * T * dst->nb[1]), dst->nb[1],
+                           (int)std::min(T, M - w * T), (int)std::min(T, N - j * T));
     }
     ggml_amx_end();
 }
