@@ -28,8 +28,8 @@ namespace {
 #define TC3 7
 
 // tilestored of a sums tile (16 x 64 bytes) that names the 1 KB it writes:
-// the intrinsic's "memory" clobber makes the compiler keep every accumulator
-// on the stack around it (a load and a store per fma), 28 -> 37 ns a block.
+// the intrinsic's "memory" clobber made the compiler keep every accumulator
+// on the stack around it (a load and a store per fma: 37 ns a block, not 28).
 #define TILE_STORE_SUMS(t, p) TILE_STORE_SUMS_(t, p)
 #define TILE_STORE_SUMS_(t, p)                                                                    \
     __asm__ volatile("{tilestored\t%%tmm" #t ", (%1,%2,1)|tilestored\t[%1+%2*1], %%tmm" #t "}" \

@@ -139,9 +139,8 @@ static bool private_conv(const ggml_tensor *b, int nth) {
 // for K = 4096) comes from L3 once per group instead of once per block, and
 // the group's weights (~290 KB) stay in L2.
 constexpr int64_t AMX_GROUP = 4;
-static size_t amx_thread_bytes(const plan &p, int64_t K) {
-    return align_up(p.vrow) + (size_t)AMX_GROUP * align_up(ggml_amx_unpacked_size(K));
-}
+static size_t amx_block_bytes(int64_t K) { return align_up(ggml_amx_unpacked_size(K)); }
+static size_t amx_thread_bytes(const plan &p, int64_t K) { return align_up(p.vrow) + (size_t)AMX_GROUP * amx_block_bytes(K); }
 
 extern "C" size_t ggml_mul_mat_work_size(const ggml_tensor *node, int n_threads) {
     const ggml_tensor *a = node->src[0], *b = node->src[1];
@@ -159,9 +158,9 @@ extern "C" size_t ggml_mul_mat_work_size(const ggml_tensor *node, int n_threads)
 // A prompt batch on AMX tiles: the activation rows quantized to q8x (q8xh)
 // and packed into panels of 16, rows split among threads; after a barrier,
 // every thread unpacks its blocks of 16 weight rows once each, AMX_GROUP at a
-// time, and takes them against every panel (or, with fewer weight blocks than threads, every
-// thread takes all the blocks against its share of the panels). Each output
-// is computed the same way whatever the split.
+// time, and takes them against every panel (or, with fewer weight blocks than
+// threads, every thread takes all the blocks against its share of the
+// panels). Each output is computed the same way whatever the split.
 static void mul_mat_amx(const plan &p, const ggml_compute_params *params, ggml_tensor *dst) {
     const ggml_tensor *a = dst->src[0], *b = dst->src[1];
     const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1];
@@ -174,7 +173,8 @@ static void mul_mat_amx(const plan &p, const ggml_compute_params *params, ggml_t
     char *const panels = (char *)base;
     char *const qrow = panels + p.conv + (size_t)ith * amx_thread_bytes(p, K);
     char *const ubuf = qrow + align_up(p.vrow);
-    const size_t usz = align_up(ggml_amx_unpacked_size(K));
+    const size_t usz = amx_block_bytes(K);
+    auto rows_of = [&](int64_t w) { return (int)std::min(T, M - w * T); };  // weight block w's rows
 
     int64_t r0, r1;
     ggml_split_range(np * T, ith, nth, &r0, &r1);
@@ -194,12 +194,12 @@ static void mul_mat_amx(const plan &p, const ggml_compute_params *params, ggml_t
     for (int64_t w0 = wb; w0 < we; w0 += AMX_GROUP) {
         const int64_t w1 = std::min(we, w0 + AMX_GROUP);
         for (int64_t w = w0; w < w1; w++)
-            p.amx_unpack((const char *)a->data + w * T * a->nb[1], a->nb[1], (int)std::min(T, M - w * T), K, ubuf + (w - w0) * usz);
+            p.amx_unpack((const char *)a->data + w * T * a->nb[1], a->nb[1], rows_of(w), K, ubuf + (w - w0) * usz);
         for (int64_t j = pb; j < pe; j++)
             for (int64_t w = w0; w < w1; w++)
                 p.amx_gemm(K, ubuf + (w - w0) * usz, panels + (size_t)j * psz,
                            (float *)((char *)dst->data + w * T * sizeof(float) + j * T * dst->nb[1]), dst->nb[1],
-                           (int)std::min(T, M - w * T), (int)std::min(T, N - j * T));
+                           rows_of(w), (int)std::min(T, N - j * T));
     }
     ggml_amx_end();
 }
