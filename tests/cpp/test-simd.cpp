@@ -14,6 +14,7 @@
 #include "ggml-quants.h"
 #include "cpu-features.h"
 #include "gemm-amx.h"
+#include "ops.h"
 #include "vec-dot-simd.h"
 
 static int g_fail = 0;
@@ -338,9 +339,9 @@ static void test_q8x(const char *family, const table &ref, const ggml_q8x_kernel
             for (int c = 0; c < nc; c++) {
                 const std::vector<float> yf = randn(n);
                 C.from_float_ref(yf.data(), y.data() + (size_t)(n + 3) * c, n);
-                q->f16r_convert(yf.data(), yr.data() + (size_t)(n + 3) * c, n);
+                ggml_round_act(GGML_TYPE_F16)(yf.data(), yr.data() + (size_t)(n + 3) * c, n);
                 for (int64_t i = 0; i < n; i++)  // exactly the fp16 values, widened
-                    CHECK(yr[(size_t)(n + 3) * c + i] == ggml_fp16_to_fp32(y[(size_t)(n + 3) * c + i]), "%s f16r n=%lld: element %lld", family,
+                    CHECK(yr[(size_t)(n + 3) * c + i] == ggml_fp16_to_fp32(y[(size_t)(n + 3) * c + i]), "%s round_act n=%lld: element %lld", family,
                           (long long)n, (long long)i);
             }
             q->dot_f16(n, x.data(), yr.data(), ys, out.data(), sizeof(float), nc);

@@ -81,7 +81,7 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *ds
         p.q8x_dot = q->dot_f16;
         p.q8x_gemm = nullptr;
         p.q8x_unpack = nullptr;
-        p.q8x_quantize = p.vdt == GGML_TYPE_F32 ? copy_row_f32 : q->f16r_convert;
+        p.q8x_quantize = p.vdt == GGML_TYPE_F32 ? copy_row_f32 : ggml_round_act(GGML_TYPE_F16);
         p.vrow = sizeof(float) * (size_t)K;
     }
     // F16 / BF16 mat-vec: the row rounded to the weight format, as f32 (ops.h)

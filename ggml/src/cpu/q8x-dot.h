@@ -15,8 +15,6 @@
 // Quantizers of the q8x and q8xh activation layouts (vec-dot-avx512.cpp).
 void ggml_q8x_quantize_avx512(const float *x, void *y, int64_t k);
 void ggml_q8xh_quantize_avx512(const float *x, void *y, int64_t k);
-// Activations for dot_f16: fp16-rounded values stored as f32.
-void ggml_f16r_convert_avx512(const float *x, void *y, int64_t k);
 
 namespace {
 

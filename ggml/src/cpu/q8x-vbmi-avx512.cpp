@@ -113,7 +113,6 @@ ggml_q8x_kernels make_q8x_vbmi() {
     memset(&q, 0, sizeof(q));
     q.quantize = ggml_q8x_quantize_avx512;
     q.dot_f16 = dot_f16_rows_n;
-    q.f16r_convert = ggml_f16r_convert_avx512;
     q8x_set<XV<L_q4_0>>(&q, GGML_TYPE_Q4_0, 1);
     q8x_set<XV<L_q4_1>>(&q, GGML_TYPE_Q4_1, 1);
     q8x_set<XV<L_q5_0>>(&q, GGML_TYPE_Q5_0, 1);

@@ -421,13 +421,6 @@ void dot_f16_rows_avx2(int64_t k, const void *vx, const void *vy, size_t ys, flo
         *(float *)((char *)s + c * ss) = r;
     }
 }
-void f16r_convert_avx2(const float *x, void *vy, int64_t k) {
-    float *y = (float *)vy;
-    int64_t i = 0;
-    for (; i + 8 <= k; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
-    for (; i < k; i++) y[i] = fp16(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
-}
 
 ggml_q8x_kernels make_q8x_avx2() {
     ggml_q8x_kernels q;
@@ -435,7 +428,6 @@ ggml_q8x_kernels make_q8x_avx2() {
     q.quantize = q8x_quantize_avx2;
     q.quantize_hi = q8xh_quantize_avx2;
     q.dot_f16 = dot_f16_rows_avx2;
-    q.f16r_convert = f16r_convert_avx2;
     set_int_dots(nullptr, nullptr, &q);
     // mat-vec too: in cache, one column, faster than this family's vec_dot
     // for every type (Xeon VM: q4_0 14 vs 8, q8_0 25 vs 20 GB/s)

@@ -535,14 +535,6 @@ void quantize_q8x(const float *x, void *vy, int64_t k) {
 void ggml_q8x_quantize_avx512(const float *x, void *vy, int64_t k) { quantize_q8x<false>(x, vy, k); }
 void ggml_q8xh_quantize_avx512(const float *x, void *vy, int64_t k) { quantize_q8x<true>(x, vy, k); }
 
-// fp32 -> fp16 (round to nearest even, as the F16 converter) -> fp32.
-void ggml_f16r_convert_avx512(const float *x, void *vy, int64_t k) {
-    float *y = (float *)vy;
-    int64_t i = 0;
-    for (; i + 16 <= k; i += 16)
-        _mm512_storeu_ps(y + i, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
-    for (; i < k; i++) y[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
-}
 
 namespace {
 
@@ -640,7 +632,6 @@ ggml_q8x_kernels make_q8x() {
     memset(&q, 0, sizeof(q));
     q.quantize = ggml_q8x_quantize_avx512;
     q.dot_f16 = dot_f16_rows_n;
-    q.f16r_convert = ggml_f16r_convert_avx512;
     q8x_set<X_q4_0>(&q, GGML_TYPE_Q4_0, 1);
     q8x_set<X_q4_1>(&q, GGML_TYPE_Q4_1, 1);
     q8x_set<X_q5_0>(&q, GGML_TYPE_Q5_0, 1);

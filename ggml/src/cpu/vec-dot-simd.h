@@ -134,9 +134,8 @@ struct ggml_q8x_kernels {
     int min_cols[GGML_TYPE_COUNT];
     // The same multi-column interface for F16 weights (e.g. attention over
     // the KV cache) x activations rounded to fp16 (exactly what F16
-    // activations hold) but stored as f32 rows by f16r_convert.
+    // activations hold) but stored as f32 rows (ggml_round_act, ops.h).
     ggml_q8x_dot_t dot_f16;
-    ggml_q8x_quantize_t f16r_convert;
     // q8xh: the same weights x high-precision activation rows
     ggml_q8x_quantize_t quantize_hi;
     ggml_q8x_dot_t dot_hi[GGML_TYPE_COUNT];
