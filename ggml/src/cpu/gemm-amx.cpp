@@ -17,8 +17,10 @@ namespace {
 // The tiles: W the weights (16 rows x 32 bytes), Q and R the activations'
 // q and residual (8 rows x 64 bytes: 16 rows x 32 elements in the VNNI
 // order), C0..C3 the sums (16 x 16 int32), two per block in flight so that
-// the next block's products run while this one's are scaled. (Macros: the
-// tile intrinsics paste their tile numbers into the instruction text.)
+// the next block's products run while this one's are scaled. The types with
+// sub-blocks of 16 (split) take half a block a product: W 16 rows x 16
+// bytes, Q and R 4 rows x 64 bytes. (Macros: the tile intrinsics paste their
+// tile numbers into the instruction text.)
 #define TW 0
 #define TQ 1
 #define TR 2
@@ -42,11 +44,11 @@ struct alignas(64) tile_config {  // palette 1 (Intel SDM, LDTILECFG)
     uint8_t rows[16];
 };
 
-tile_config make_config() {
+tile_config make_config(bool split) {
     tile_config c = {};
     c.palette = 1;
-    c.rows[TW] = 16, c.colsb[TW] = 32;
-    for (int t : {TQ, TR}) c.rows[t] = 8, c.colsb[t] = 64;
+    c.rows[TW] = 16, c.colsb[TW] = split ? 16 : 32;
+    for (int t : {TQ, TR}) c.rows[t] = split ? 4 : 8, c.colsb[t] = 64;
     for (int t : {TC0, TC1, TC2, TC3}) c.rows[t] = 16, c.colsb[t] = 64;
     return c;
 }
@@ -144,6 +146,53 @@ void row_q45_K(const void *vx, int64_t nb, int8_t *q, float *dw, float *mw) {
     }
 }
 
+// q6_K / q3_K (split): block j of superblock half h is elements 32 j .. of
+// the half's 128 (the layouts of XK6 / XK3 in q8x-dot.h), value v = u - 32
+// (q6_K: four bits of ql, two of qh) or u - 4 (q3_K: two bits of qs, the
+// hmask bit worth 4); dw the scale of its elements 0..15, mw of 16..31.
+void row_q6_K(const void *vx, int64_t nb, int8_t *q, float *dw, float *mw) {
+    const block_q6_K *x = (const block_q6_K *)vx;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+    for (int64_t s = 0; s < nb / 8; s++) {
+        const float d = fp16(x[s].d);
+        for (int h = 0; h < 2; h++) {
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[s].qh + 32 * h));
+            for (int j = 0; j < 4; j++) {
+                const __m256i ql = _mm256_loadu_si256((const __m256i *)(x[s].ql + 64 * h + 32 * (j % 2)));
+                const __m256i lo = _mm256_and_si256(j < 2 ? ql : _mm256_srli_epi16(ql, 4), m4);
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), m3);
+                const __m256i v = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32));
+                const int64_t b = 8 * s + 4 * h + j;
+                _mm256_storeu_si256((__m256i *)(q + QB * b), v);
+                dw[16 * b] = d * (float)x[s].scales[8 * h + 2 * j];
+                mw[16 * b] = d * (float)x[s].scales[8 * h + 2 * j + 1];
+            }
+        }
+    }
+}
+void row_q3_K(const void *vx, int64_t nb, int8_t *q, float *dw, float *mw) {
+    const block_q3_K *x = (const block_q3_K *)vx;
+    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    for (int64_t s = 0; s < nb / 8; s++) {
+        const float d = fp16(x[s].d);
+        alignas(32) int16_t sc[16];
+        _mm256_store_si256((__m256i *)sc, q3k_scales16(x[s].scales));
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)x[s].hmask);
+        for (int h = 0; h < 2; h++) {
+            const __m256i qs = _mm256_loadu_si256((const __m256i *)(x[s].qs + 32 * h));
+            for (int j = 0; j < 4; j++) {
+                const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * j), m3);
+                const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), one);
+                const __m256i v = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hb, 2)), _mm256_set1_epi8(4));
+                const int64_t b = 8 * s + 4 * h + j;
+                _mm256_storeu_si256((__m256i *)(q + QB * b), v);
+                dw[16 * b] = d * (float)sc[8 * h + 2 * j];
+                mw[16 * b] = d * (float)sc[8 * h + 2 * j + 1];
+            }
+        }
+    }
+}
+
 typedef void (*row_fn)(const void *x, int64_t nb, int8_t *q, float *dw, float *mw);
 
 template <row_fn ROW>
@@ -164,19 +213,66 @@ void unpack(const void *rows, size_t row_stride, int nr, int64_t k, void *vu) {
 // Per block b: C = W_b Q_b (and C' = W_b R_b) in tiles, then per weight row
 // m, a vector over the 16 activation rows:
 //   acc[m] += float(C[m] (or 128 C[m] + C'[m])) * (dw[b][m] d[b]) + mw[b][m] sd[b]
-// (the last term only for the types with a stored minimum: MIN).
+// (the last term only for the types with a stored minimum: MIN). Split
+// types: C_lo, C_hi of the block's halves, scaled by dw[b][m] d[b] and
+// mw[b][m] d[b].
+
+// The sums of one tile product as a vector per weight row m (with H, 128 C + C')
+template <bool H>
+inline __m512i sums_row(const int32_t *c, const int32_t *c2, int m) {
+    const __m512i v = _mm512_load_si512(c + 16 * m);
+    return H ? _mm512_add_epi32(_mm512_slli_epi32(v, 7), _mm512_load_si512(c2 + 16 * m)) : v;
+}
+
 template <bool H, bool MIN>
 inline void scale_block(const int32_t *c, const int32_t *c2, const float *dwb, const float *mwb, const uint8_t *pb, __m512 *acc) {
     constexpr size_t DOFF = H ? 1024 : 512;
     const __m512 d = _mm512_load_ps((const float *)(pb + DOFF)), sd = _mm512_load_ps((const float *)(pb + DOFF + 64));
 #pragma GCC unroll 16
     for (int m = 0; m < 16; m++) {
-        __m512i v = _mm512_load_si512(c + 16 * m);
-        if (H) v = _mm512_add_epi32(_mm512_slli_epi32(v, 7), _mm512_load_si512(c2 + 16 * m));
-        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(_mm512_set1_ps(dwb[m]), d), acc[m]);
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums_row<H>(c, c2, m)), _mm512_mul_ps(_mm512_set1_ps(dwb[m]), d), acc[m]);
         if (MIN) acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(mwb[m]), sd, acc[m]);
     }
 }
+
+// c[0], c[1]: the low half's sums (q, residual), c[2], c[3] the high half's
+template <bool H>
+inline void scale_split(const int32_t (*c)[256], const float *dwb, const float *mwb, const uint8_t *pb, __m512 *acc) {
+    const __m512 d = _mm512_load_ps((const float *)(pb + (H ? 1024 : 512)));
+#pragma GCC unroll 16
+    for (int m = 0; m < 16; m++) {
+        const __m512 lo = _mm512_mul_ps(_mm512_cvtepi32_ps(sums_row<H>(c[0], c[1], m)), _mm512_set1_ps(dwb[m]));
+        acc[m] = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(sums_row<H>(c[2], c[3], m)), _mm512_set1_ps(mwb[m]), lo), d, acc[m]);
+    }
+}
+
+// acc[m] holds weight row m for the 16 activation rows: transpose through
+// memory, one activation row's nr outputs at a time
+inline void store_rows(const __m512 *acc, float *dst, size_t ds, int nr, int nc) {
+    alignas(64) float t[256];
+#pragma GCC unroll 16
+    for (int m = 0; m < 16; m++) _mm512_store_ps(t + 16 * m, acc[m]);
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(16));
+    const __mmask16 rows = (__mmask16)((1u << nr) - 1);
+    for (int n = 0; n < nc; n++)
+        _mm512_mask_storeu_ps((char *)dst + (size_t)n * ds, rows, _mm512_i32gather_ps(idx, t + n, 4));
+}
+
+// One tile product C(CQ) = W Q and with H C(CR) = W R: the W tile from w
+// (rows 32 bytes apart), Q from q, R from r. (A macro: the tile numbers must
+// be literals.)
+#define TILE_PRODUCTS(CQ, CR, w, q, r) \
+    do {                               \
+        _tile_loadd(TW, (w), 32);      \
+        _tile_loadd(TQ, (q), 64);      \
+        _tile_zero(CQ);                \
+        _tile_dpbssd(CQ, TW, TQ);      \
+        if (H) {                       \
+            _tile_loadd(TR, (r), 64);  \
+            _tile_zero(CR);            \
+            _tile_dpbssd(CR, TW, TR);  \
+        }                              \
+    } while (0)
 
 template <bool H, bool MIN>
 void gemm(int64_t k, const void *vu, const void *vp, float *dst, size_t ds, int nr, int nc) {
@@ -189,20 +285,7 @@ void gemm(int64_t k, const void *vu, const void *vp, float *dst, size_t ds, int 
     __m512 acc[16];  // in registers only if every loop over it is unrolled
 #pragma GCC unroll 16
     for (int m = 0; m < 16; m++) acc[m] = _mm512_setzero_ps();
-    // One block's tile products, C(CQ) = W Q and with H C(CR) = W R, and their
-    // scaling through c[i], c[i + 1]. (Macros: the tile numbers must be literals.)
-#define BLOCK_PRODUCTS(CQ, CR, bb)                  \
-    do {                                            \
-        _tile_loadd(TW, wq + QB * (bb), 32);         \
-        _tile_loadd(TQ, pan + (bb) * BLK, 64);      \
-        _tile_zero(CQ);                             \
-        _tile_dpbssd(CQ, TW, TQ);                   \
-        if (H) {                                    \
-            _tile_loadd(TR, pan + (bb) * BLK + 512, 64); \
-            _tile_zero(CR);                         \
-            _tile_dpbssd(CR, TW, TR);               \
-        }                                           \
-    } while (0)
+#define BLOCK_PRODUCTS(CQ, CR, bb) TILE_PRODUCTS(CQ, CR, wq + QB * (bb), pan + (bb) * BLK, pan + (bb) * BLK + 512)
 #define BLOCK_SCALE(CQ, CR, i, bb)                                                                 \
     do {                                                                                           \
         TILE_STORE_SUMS(CQ, c[i]);                                                                 \
@@ -222,15 +305,58 @@ void gemm(int64_t k, const void *vu, const void *vp, float *dst, size_t ds, int 
     }
 #undef BLOCK_PRODUCTS
 #undef BLOCK_SCALE
-    // acc[m] holds weight row m for the 16 activation rows: transpose through
-    // memory, one activation row's nr outputs at a time
-    alignas(64) float t[256];
+    store_rows(acc, dst, ds, nr, nc);
+}
+
+// Split types (the split tile configuration): per block the low half (W
+// bytes 0..15 of each row, Q / R rows 0..3) and the high half (W bytes
+// 16..31, rows 4..7) as two products. Without H the four sums tiles hold
+// two blocks, with H one (each half's q and residual).
+template <bool H>
+void gemm_split(int64_t k, const void *vu, const void *vp, float *dst, size_t ds, int nr, int nc) {
+    const int64_t nb = k / 32;
+    const int8_t *wq = (const int8_t *)vu;
+    const float *dw = (const float *)(wq + GGML_AMX_ROWS * k), *mw = dw + GGML_AMX_ROWS * nb;
+    const uint8_t *pan = (const uint8_t *)vp;
+    constexpr size_t BLK = H ? 1152 : 640;
+    alignas(64) int32_t c[4][256];
+    __m512 acc[16];
 #pragma GCC unroll 16
-    for (int m = 0; m < 16; m++) _mm512_store_ps(t + 16 * m, acc[m]);
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(16));
-    const __mmask16 rows = (__mmask16)((1u << nr) - 1);
-    for (int n = 0; n < nc; n++)
-        _mm512_mask_storeu_ps((char *)dst + (size_t)n * ds, rows, _mm512_i32gather_ps(idx, t + n, 4));
+    for (int m = 0; m < 16; m++) acc[m] = _mm512_setzero_ps();
+#define HALF_PRODUCTS(CQ, CR, bb, half) \
+    TILE_PRODUCTS(CQ, CR, wq + QB * (bb) + 16 * (half), pan + (bb) * BLK + 256 * (half), pan + (bb) * BLK + 512 + 256 * (half))
+    if (H) {
+        for (int64_t b = 0; b < nb; b++) {
+            HALF_PRODUCTS(TC0, TC1, b, 0);
+            HALF_PRODUCTS(TC2, TC3, b, 1);
+            TILE_STORE_SUMS(TC0, c[0]);
+            TILE_STORE_SUMS(TC1, c[1]);
+            TILE_STORE_SUMS(TC2, c[2]);
+            TILE_STORE_SUMS(TC3, c[3]);
+            scale_split<H>(c, dw + 16 * b, mw + 16 * b, pan + b * BLK, acc);
+        }
+    } else {
+        // two blocks in the four tiles; their sums pass through c[0] and c[2] in turn
+        for (int64_t b = 0; b < nb; b += 2) {
+            const bool two = b + 1 < nb;
+            HALF_PRODUCTS(TC0, TC0, b, 0);
+            HALF_PRODUCTS(TC1, TC1, b, 1);
+            if (two) {
+                HALF_PRODUCTS(TC2, TC2, b + 1, 0);
+                HALF_PRODUCTS(TC3, TC3, b + 1, 1);
+            }
+            TILE_STORE_SUMS(TC0, c[0]);
+            TILE_STORE_SUMS(TC1, c[2]);
+            scale_split<H>(c, dw + 16 * b, mw + 16 * b, pan + b * BLK, acc);
+            if (two) {
+                TILE_STORE_SUMS(TC2, c[0]);
+                TILE_STORE_SUMS(TC3, c[2]);
+                scale_split<H>(c, dw + 16 * (b + 1), mw + 16 * (b + 1), pan + (b + 1) * BLK, acc);
+            }
+        }
+    }
+#undef HALF_PRODUCTS
+    store_rows(acc, dst, ds, nr, nc);
 }
 
 template <row_fn ROW, bool MIN>
@@ -238,6 +364,13 @@ void set(ggml_amx_kernels *k, ggml_type t) {
     k->unpack[t] = unpack<ROW>;
     k->gemm[t] = gemm<false, MIN>;
     k->gemm_hi[t] = gemm<true, MIN>;
+}
+template <row_fn ROW>
+void set_split(ggml_amx_kernels *k, ggml_type t) {
+    k->unpack[t] = unpack<ROW>;
+    k->gemm[t] = gemm_split<false>;
+    k->gemm_hi[t] = gemm_split<true>;
+    k->split[t] = true;
 }
 
 ggml_amx_kernels make_kernels() {
@@ -247,8 +380,10 @@ ggml_amx_kernels make_kernels() {
     set<row_q5_0, false>(&k, GGML_TYPE_Q5_0);
     set<row_q5_1, true>(&k, GGML_TYPE_Q5_1);
     set<row_q8_0, false>(&k, GGML_TYPE_Q8_0);
+    set_split<row_q3_K>(&k, GGML_TYPE_Q3_K);
     set<row_q45_K<false>, true>(&k, GGML_TYPE_Q4_K);
     set<row_q45_K<true>, true>(&k, GGML_TYPE_Q5_K);
+    set_split<row_q6_K>(&k, GGML_TYPE_Q6_K);
     return k;
 }
 
@@ -284,9 +419,9 @@ const ggml_amx_kernels *ggml_cpu_amx_kernels(void) {
     return &k;
 }
 
-void ggml_amx_begin(void) {
-    static const tile_config cfg = make_config();
-    _tile_loadconfig(&cfg);
+void ggml_amx_begin(enum ggml_type t) {
+    static const tile_config plain = make_config(false), split = make_config(true);
+    _tile_loadconfig(ggml_cpu_amx_kernels()->split[t] ? &split : &plain);
 }
 
 void ggml_amx_end(void) { _tile_release(); }

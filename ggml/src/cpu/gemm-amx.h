@@ -20,6 +20,9 @@
 //   int8  q[K/32][16][32]  block b of row m's values v (element order)
 //   float dw[K/32][16]     weight = dw v + mw per block of 32
 //   float mw[K/32][16]     (zero for the types with a fixed offset: v is signed)
+// or, for the types with sub-blocks of 16 (split: q3_K, q6_K), weight = dw v
+// in elements 0..15 of the block and mw v in 16..31: each half is a tile
+// product of its own (16 elements; a configuration of its own, ggml_amx_begin).
 // The missing rows of a partial panel (weights or activations) are zeros.
 #pragma once
 
@@ -52,12 +55,14 @@ struct ggml_amx_kernels {
     ggml_amx_unpack_t unpack[GGML_TYPE_COUNT];  // NULL: the type has no tile kernel
     ggml_amx_gemm_t gemm[GGML_TYPE_COUNT];
     ggml_amx_gemm_t gemm_hi[GGML_TYPE_COUNT];  // q8xh activations
+    bool split[GGML_TYPE_COUNT];               // sub-blocks of 16: tiles of half a block
 };
 // The tile kernels (call only once ggml_cpu_amx_request granted the state).
 const struct ggml_amx_kernels *ggml_cpu_amx_kernels(void);
 // The kernels dispatch picked (NULL: no AMX, or capped by PINFER_CPU).
 const struct ggml_amx_kernels *ggml_cpu_amx(void);
-// Per thread, around a run of gemm calls: load the tile configuration, then
-// release the tiles (so the OS need not save them at every switch).
-void ggml_amx_begin(void);
+// Per thread, around a run of gemm calls for weight type t: load the tile
+// configuration of t's kernels, then release the tiles (so the OS need not
+// save them at every switch).
+void ggml_amx_begin(enum ggml_type t);
 void ggml_amx_end(void);

@@ -190,7 +190,7 @@ static void mul_mat_amx(const plan &p, const ggml_compute_params *params, ggml_t
     ggml_split_range(by_rows ? nw : np, ith, nth, &lo, &hi);
     const int64_t wb = by_rows ? lo : 0, we = by_rows ? hi : nw, pb = by_rows ? 0 : lo, pe = by_rows ? np : hi;
     if (wb >= we || pb >= pe) return;
-    ggml_amx_begin();
+    ggml_amx_begin(a->type);
     for (int64_t w0 = wb; w0 < we; w0 += AMX_GROUP) {
         const int64_t w1 = std::min(we, w0 + AMX_GROUP);
         for (int64_t w = w0; w < w1; w++)
