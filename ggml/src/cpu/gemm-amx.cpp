@@ -60,6 +60,11 @@ constexpr size_t QB = 32 * GGML_AMX_ROWS;
 
 inline float fp16(ggml_fp16_t h) { return _cvtsh_ss(h); }
 
+// q2_K's second weight tile (the mins): after the values and the scales,
+// the same block-major order (row m of block b at QB b + 32 m from it).
+inline int8_t *second_tiles(int8_t *q, int64_t nb) { return q + (QB + 128) * nb; }
+inline const int8_t *second_tiles(const int8_t *q, int64_t nb) { return q + (QB + 128) * nb; }
+
 // ---- weight rows -> int8 values in element order, a scale and a minimum per 32 ----
 // Each writes one row: q[QB b] (32 bytes), dw[16 b], mw[16 b] for its blocks b.
 
@@ -193,6 +198,37 @@ void row_q3_K(const void *vx, int64_t nb, int8_t *q, float *dw, float *mw) {
     }
 }
 
+// q2_K: block j of superblock half h (sub-blocks 8 h + 2 j and the next,
+// 16 elements each) has u = (qs[32 h + l] >> 2 j) & 3, weight = d sc u -
+// dmin m with the sub-block's 4-bit scale sc and min m: the scale goes into
+// the values (sc u <= 45, one in-lane table lookup per half), the min into
+// the second tile (m per element), so a block is two products of 32: dw = d,
+// mw = -dmin.
+void row_q2_K(const void *vx, int64_t nb, int8_t *q, float *dw, float *mw) {
+    const block_q2_K *x = (const block_q2_K *)vx;
+    int8_t *q2 = second_tiles(q, nb);
+    const __m256i m3 = _mm256_set1_epi8(3);
+    for (int64_t s = 0; s < nb / 8; s++) {
+        const float d = fp16(x[s].d), dmin = fp16(x[s].dmin);
+        for (int h = 0; h < 2; h++) {
+            const __m256i qs = _mm256_loadu_si256((const __m256i *)(x[s].qs + 32 * h));
+            for (int j = 0; j < 4; j++) {
+                const uint8_t a = x[s].scales[8 * h + 2 * j], c = x[s].scales[8 * h + 2 * j + 1];
+                const int sa = a & 15, sc = c & 15;
+                // sc u for u = 0..3 in each 128-bit lane (lane 0: elements 0..15)
+                const __m256i tbl = _mm256_setr_epi8(0, sa, 2 * sa, 3 * sa, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                                     0, sc, 2 * sc, 3 * sc, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+                const __m256i u = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * j), m3);
+                const int64_t b = 8 * s + 4 * h + j;
+                _mm256_storeu_si256((__m256i *)(q + QB * b), _mm256_shuffle_epi8(tbl, u));
+                _mm256_storeu_si256((__m256i *)(q2 + QB * b), _mm256_set_m128i(_mm_set1_epi8((char)(c >> 4)), _mm_set1_epi8((char)(a >> 4))));
+                dw[16 * b] = d;
+                mw[16 * b] = -dmin;
+            }
+        }
+    }
+}
+
 typedef void (*row_fn)(const void *x, int64_t nb, int8_t *q, float *dw, float *mw);
 
 template <row_fn ROW>
@@ -204,6 +240,7 @@ void unpack(const void *rows, size_t row_stride, int nr, int64_t k, void *vu) {
     for (int m = nr; m < GGML_AMX_ROWS; m++) {  // zeros: finite sums, never stored
         for (int64_t b = 0; b < nb; b++) {
             memset(q + QB * b + 32 * m, 0, 32);
+            memset(second_tiles(q, nb) + QB * b + 32 * m, 0, 32);
             dw[16 * b + m] = mw[16 * b + m] = 0.0f;
         }
     }
@@ -213,9 +250,8 @@ void unpack(const void *rows, size_t row_stride, int nr, int64_t k, void *vu) {
 // Per block b: C = W_b Q_b (and C' = W_b R_b) in tiles, then per weight row
 // m, a vector over the 16 activation rows:
 //   acc[m] += float(C[m] (or 128 C[m] + C'[m])) * (dw[b][m] d[b]) + mw[b][m] sd[b]
-// (the last term only for the types with a stored minimum: MIN). Split
-// types: C_lo, C_hi of the block's halves, scaled by dw[b][m] d[b] and
-// mw[b][m] d[b].
+// (the last term only for the types with a stored minimum: MIN). Two
+// products a block (gemm_pair): C1 scaled by dw[b][m] d[b], C2 by mw[b][m] d[b].
 
 // The sums of one tile product as a vector per weight row m (with H, 128 C + C')
 template <bool H>
@@ -235,9 +271,9 @@ inline void scale_block(const int32_t *c, const int32_t *c2, const float *dwb, c
     }
 }
 
-// c[0], c[1]: the low half's sums (q, residual), c[2], c[3] the high half's
+// c[0], c[1]: the first product's sums (q, residual), c[2], c[3] the second's
 template <bool H>
-inline void scale_split(const int32_t (*c)[256], const float *dwb, const float *mwb, const uint8_t *pb, __m512 *acc) {
+inline void scale_pair(const int32_t (*c)[256], const float *dwb, const float *mwb, const uint8_t *pb, __m512 *acc) {
     const __m512 d = _mm512_load_ps((const float *)(pb + (H ? 1024 : 512)));
 #pragma GCC unroll 16
     for (int m = 0; m < 16; m++) {
@@ -308,54 +344,56 @@ void gemm(int64_t k, const void *vu, const void *vp, float *dst, size_t ds, int 
     store_rows(acc, dst, ds, nr, nc);
 }
 
-// Split types (the split tile configuration): per block the low half (W
-// bytes 0..15 of each row, Q / R rows 0..3) and the high half (W bytes
-// 16..31, rows 4..7) as two products. Without H the four sums tiles hold
-// two blocks, with H one (each half's q and residual).
-template <bool H>
-void gemm_split(int64_t k, const void *vu, const void *vp, float *dst, size_t ds, int nr, int nc) {
+// Two tile products a block, scaled by dw and mw (scale_pair). SPLIT (the
+// split tile configuration): the block's low half (W bytes 0..15 of each
+// row, Q / R rows 0..3) and its high half (W bytes 16..31, rows 4..7);
+// otherwise (q2_K) the whole block against its two weight tiles. Without H
+// the four sums tiles hold two blocks, with H one (each product's q and
+// residual).
+template <bool H, bool SPLIT>
+void gemm_pair(int64_t k, const void *vu, const void *vp, float *dst, size_t ds, int nr, int nc) {
     const int64_t nb = k / 32;
     const int8_t *wq = (const int8_t *)vu;
     const float *dw = (const float *)(wq + GGML_AMX_ROWS * k), *mw = dw + GGML_AMX_ROWS * nb;
+    const int8_t *wq2 = SPLIT ? wq + 16 : second_tiles(wq, nb);  // the second product's weights
+    constexpr size_t Y2 = SPLIT ? 256 : 0;                        // ... and its activation rows
     const uint8_t *pan = (const uint8_t *)vp;
     constexpr size_t BLK = H ? 1152 : 640;
     alignas(64) int32_t c[4][256];
     __m512 acc[16];
 #pragma GCC unroll 16
     for (int m = 0; m < 16; m++) acc[m] = _mm512_setzero_ps();
-#define HALF_PRODUCTS(CQ, CR, bb, half) \
-    TILE_PRODUCTS(CQ, CR, wq + QB * (bb) + 16 * (half), pan + (bb) * BLK + 256 * (half), pan + (bb) * BLK + 512 + 256 * (half))
+#define PAIR_PRODUCTS(CQ, CR, CQ2, CR2, bb)                                                  \
+    do {                                                                                     \
+        TILE_PRODUCTS(CQ, CR, wq + QB * (bb), pan + (bb) * BLK, pan + (bb) * BLK + 512);      \
+        TILE_PRODUCTS(CQ2, CR2, wq2 + QB * (bb), pan + (bb) * BLK + Y2, pan + (bb) * BLK + 512 + Y2); \
+    } while (0)
     if (H) {
         for (int64_t b = 0; b < nb; b++) {
-            HALF_PRODUCTS(TC0, TC1, b, 0);
-            HALF_PRODUCTS(TC2, TC3, b, 1);
+            PAIR_PRODUCTS(TC0, TC1, TC2, TC3, b);
             TILE_STORE_SUMS(TC0, c[0]);
             TILE_STORE_SUMS(TC1, c[1]);
             TILE_STORE_SUMS(TC2, c[2]);
             TILE_STORE_SUMS(TC3, c[3]);
-            scale_split<H>(c, dw + 16 * b, mw + 16 * b, pan + b * BLK, acc);
+            scale_pair<H>(c, dw + 16 * b, mw + 16 * b, pan + b * BLK, acc);
         }
     } else {
         // two blocks in the four tiles; their sums pass through c[0] and c[2] in turn
         for (int64_t b = 0; b < nb; b += 2) {
             const bool two = b + 1 < nb;
-            HALF_PRODUCTS(TC0, TC0, b, 0);
-            HALF_PRODUCTS(TC1, TC1, b, 1);
-            if (two) {
-                HALF_PRODUCTS(TC2, TC2, b + 1, 0);
-                HALF_PRODUCTS(TC3, TC3, b + 1, 1);
-            }
+            PAIR_PRODUCTS(TC0, TC0, TC1, TC1, b);
+            if (two) PAIR_PRODUCTS(TC2, TC2, TC3, TC3, b + 1);
             TILE_STORE_SUMS(TC0, c[0]);
             TILE_STORE_SUMS(TC1, c[2]);
-            scale_split<H>(c, dw + 16 * b, mw + 16 * b, pan + b * BLK, acc);
+            scale_pair<H>(c, dw + 16 * b, mw + 16 * b, pan + b * BLK, acc);
             if (two) {
                 TILE_STORE_SUMS(TC2, c[0]);
                 TILE_STORE_SUMS(TC3, c[2]);
-                scale_split<H>(c, dw + 16 * (b + 1), mw + 16 * (b + 1), pan + (b + 1) * BLK, acc);
+                scale_pair<H>(c, dw + 16 * (b + 1), mw + 16 * (b + 1), pan + (b + 1) * BLK, acc);
             }
         }
     }
-#undef HALF_PRODUCTS
+#undef PAIR_PRODUCTS
     store_rows(acc, dst, ds, nr, nc);
 }
 
@@ -365,12 +403,12 @@ void set(ggml_amx_kernels *k, ggml_type t) {
     k->gemm[t] = gemm<false, MIN>;
     k->gemm_hi[t] = gemm<true, MIN>;
 }
-template <row_fn ROW>
-void set_split(ggml_amx_kernels *k, ggml_type t) {
+template <row_fn ROW, bool SPLIT>
+void set_pair(ggml_amx_kernels *k, ggml_type t) {
     k->unpack[t] = unpack<ROW>;
-    k->gemm[t] = gemm_split<false>;
-    k->gemm_hi[t] = gemm_split<true>;
-    k->split[t] = true;
+    k->gemm[t] = gemm_pair<false, SPLIT>;
+    k->gemm_hi[t] = gemm_pair<true, SPLIT>;
+    k->split[t] = SPLIT;
 }
 
 ggml_amx_kernels make_kernels() {
@@ -380,10 +418,12 @@ ggml_amx_kernels make_kernels() {
     set<row_q5_0, false>(&k, GGML_TYPE_Q5_0);
     set<row_q5_1, true>(&k, GGML_TYPE_Q5_1);
     set<row_q8_0, false>(&k, GGML_TYPE_Q8_0);
-    set_split<row_q3_K>(&k, GGML_TYPE_Q3_K);
+    set_pair<row_q2_K, false>(&k, GGML_TYPE_Q2_K);
+    k.gemm_hi[GGML_TYPE_Q2_K] = nullptr;  // its high-precision rows are q8_K pairs (two scales): no panel form
+    set_pair<row_q3_K, true>(&k, GGML_TYPE_Q3_K);
     set<row_q45_K<false>, true>(&k, GGML_TYPE_Q4_K);
     set<row_q45_K<true>, true>(&k, GGML_TYPE_Q5_K);
-    set_split<row_q6_K>(&k, GGML_TYPE_Q6_K);
+    set_pair<row_q6_K, true>(&k, GGML_TYPE_Q6_K);
     return k;
 }
 
@@ -411,6 +451,20 @@ void ggml_amx_pack(const void *q8x_row, int64_t k, bool high, void *panel, int n
         }
         memcpy(o + doff + 4 * n, g + dy + 16 * l, 4);
         memcpy(o + doff + 64 + 4 * n, g + sd + 16 * l, 4);
+    }
+}
+
+void ggml_amx_pack_q8_K(const void *q8k_row, int64_t k, void *panel, int n) {
+    if (!q8k_row) return ggml_amx_pack(nullptr, k, false, panel, n);
+    const block_q8_K *y = (const block_q8_K *)q8k_row;
+    for (int64_t b = 0; b < k / 32; b++) {
+        uint8_t *o = (uint8_t *)panel + b * ggml_amx_panel_block(false);
+        const block_q8_K &s = y[b / 8];
+        const int j = (int)(b % 8);
+        for (int i = 0; i < 8; i++) memcpy(o + 64 * i + 4 * n, s.qs + 32 * j + 4 * i, 4);
+        const float sd = s.d * (float)(s.bsums[2 * j] + s.bsums[2 * j + 1]);
+        memcpy(o + 512 + 4 * n, &s.d, 4);
+        memcpy(o + 512 + 64 + 4 * n, &sd, 4);
     }
 }
 

@@ -10,8 +10,9 @@
 // with GGML_PREC_HIGH: q and the residual q2 as two B tiles, 128 C(q) + C(q2)
 // in int32), so the reference the tests hold them to is unchanged.
 //
-// Activations: "panels" of 16 rows, converted by the q8x quantizer and packed
-// (ggml_amx_pack); per block b of 32 elements, at b * panel block bytes:
+// Activations: "panels" of 16 rows, converted by the q8x quantizer (q2_K:
+// the q8_K one) and packed (ggml_amx_pack); per block b of 32 elements, at
+// b * panel block bytes:
 //   int8  q[8][16][4]   q[i][n][j] = element 4 i + j of the block, row n
 //   int8  r[8][16][4]   (high) the residual q2, the same order
 //   float d[16]         the q8x scale of row n (df, or df / 128 with high)
@@ -22,7 +23,9 @@
 //   float mw[K/32][16]     (zero for the types with a fixed offset: v is signed)
 // or, for the types with sub-blocks of 16 (split: q3_K, q6_K), weight = dw v
 // in elements 0..15 of the block and mw v in 16..31: each half is a tile
-// product of its own (16 elements; a configuration of its own, ggml_amx_begin).
+// product of its own (16 elements; a configuration of its own, ggml_amx_begin);
+// q2_K: weight = dw v + mw v2 with v = sc u (the sub-block scale folded in)
+// and v2 the sub-block's min, in a second q[K/32][16][32] after mw.
 // The missing rows of a partial panel (weights or activations) are zeros.
 #pragma once
 
@@ -38,11 +41,14 @@
 
 static inline size_t ggml_amx_panel_block(bool high) { return high ? 1152 : 640; }
 static inline size_t ggml_amx_panel_size(int64_t k, bool high) { return (size_t)(k / 32) * ggml_amx_panel_block(high); }
-static inline size_t ggml_amx_unpacked_size(int64_t k) { return (size_t)GGML_AMX_ROWS * (size_t)k + (size_t)(k / 32) * 128; }
+static inline size_t ggml_amx_unpacked_size(int64_t k) { return 2 * (size_t)GGML_AMX_ROWS * (size_t)k + (size_t)(k / 32) * 128; }
 
 // Packs a q8x (q8xh with high) row of k elements as row n of a panel; NULL
 // writes zeros (a panel's rows past the last activation row).
 void ggml_amx_pack(const void *q8x_row, int64_t k, bool high, void *panel, int n);
+// The same from a q8_K row (q2_K's activations; not high): d the
+// superblock's scale in each of its blocks.
+void ggml_amx_pack_q8_K(const void *q8k_row, int64_t k, void *panel, int n);
 // nr (1..16) weight rows, row_stride bytes apart, into u (64-byte aligned,
 // ggml_amx_unpacked_size(k) bytes).
 typedef void (*ggml_amx_unpack_t)(const void *rows, size_t row_stride, int nr, int64_t k, void *u);

@@ -21,6 +21,7 @@
 #include <algorithm>
 
 #include "ggml-impl.h"
+#include "gemm-amx.h"
 #include "ops.h"
 #include "vec-dot-simd.h"
 
@@ -200,17 +201,19 @@ void masked_forward(const ggml_compute_params *params, const routing &r) {
 // Scratch: the gathered columns of b and of dst (every routed column at
 // most), then the groups' MUL_MAT work one after the other. The routing is
 // unknown when the buffer is planned, so each group is bounded by the largest
-// of a one-column, a few-column and a prompt-kernel product (its fixed
-// unpacking scratch: GGML_Q8X_GEMM_MIN_COLS columns), plus one product over
-// all columns (the columns' own share).
+// of a one-column, a few-column and the prompt-kernel products (their fixed
+// unpacking scratch: from GGML_Q8X_GEMM_MIN_COLS columns on, and from
+// GGML_AMX_MIN_COLS on the AMX tiles), plus one product over all columns (the
+// columns' own share).
 extern "C" size_t ggml_mul_mat_id_work_size(const ggml_tensor *node, int n_threads) {
     const routing r = routing_of(node);
     if (node->src[3]) return masked_work(r, n_threads);
     const int64_t cols = r.n_used * r.T;
     const size_t gathered = align_up(sizeof(float) * (size_t)(r.K * cols)) + align_up(sizeof(float) * (size_t)(r.M * cols));
-    const size_t per_group = std::max({mm_work(r, 1, n_threads), mm_work(r, std::min<int64_t>(cols, 4), n_threads),
-                                        mm_work(r, std::min<int64_t>(cols, GGML_Q8X_GEMM_MIN_COLS), n_threads)}) +
-                             3 * ALIGN;
+    size_t per_group = 0;
+    for (int64_t n : {(int64_t)1, (int64_t)4, (int64_t)GGML_Q8X_GEMM_MIN_COLS, (int64_t)GGML_AMX_MIN_COLS})
+        per_group = std::max(per_group, mm_work(r, std::min(cols, n), n_threads));
+    per_group += 3 * ALIGN;
     return gathered + (size_t)std::min(r.E, cols) * per_group + mm_work(r, cols, n_threads);
 }
 

@@ -51,6 +51,7 @@ struct plan {
     ggml_vec_dot_t dot;    // the one-column kernel for vdt (ggml_cpu_act_dot)
     ggml_amx_gemm_t amx_gemm;      // non-null: the prompt batch runs on AMX tiles (mul_mat_amx)
     ggml_amx_unpack_t amx_unpack;  // ... on weight rows unpacked by this
+    bool amx_q8k;                  // ... and activation rows converted to q8_K (else q8x / q8xh)
 };
 
 void copy_row_f32(const float *x, void *y, int64_t k) { memcpy(y, x, sizeof(float) * (size_t)k); }
@@ -101,13 +102,17 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *ds
     // F16's f32 rows), so a residual only ever meets the one-column kernels
     if (p.resid && p.q8x_dot) ggml_abort("mul_mat: a multi-column kernel without its high-precision twin");
     p.conv = p.direct ? 0 : align_up(p.bstride * (size_t)(b->ne[1] * b->ne[2] * b->ne[3]));
-    // Prompt batches of one weight matrix on AMX tiles: the q8x (q8xh)
-    // activation values, packed in panels of 16 rows (gemm-amx.h).
+    // Prompt batches of one weight matrix on AMX tiles: the activation
+    // values the product has anyway (q8x, q8xh, or q2_K's q8_K rows), packed
+    // in panels of 16 rows (gemm-amx.h).
     const ggml_amx_kernels *amx = ta->vec_dot != ta->vec_dot_ref ? ggml_cpu_amx() : nullptr;
     const bool plain = a->ne[2] * a->ne[3] == 1 && b->ne[2] * b->ne[3] == 1 && !p.gather && dst->nb[0] == sizeof(float);
-    if (amx && plain && pick.quantize && b->ne[1] >= GGML_AMX_MIN_COLS && amx->unpack[a->type]) {
+    const bool q8k = !pick.quantize && !high && p.vdt == GGML_TYPE_Q8_K;
+    if (amx && plain && (pick.quantize || q8k) && b->ne[1] >= GGML_AMX_MIN_COLS && (high ? amx->gemm_hi : amx->gemm)[a->type]) {
         p.amx_gemm = high ? amx->gemm_hi[a->type] : amx->gemm[a->type];
         p.amx_unpack = amx->unpack[a->type];
+        p.amx_q8k = q8k;
+        if (q8k) p.q8x_quantize = ggml_get_cpu_type_traits(GGML_TYPE_Q8_K)->from_float;
         p.conv = align_up(ggml_amx_panel_size(K, high) * (size_t)((b->ne[1] + GGML_AMX_ROWS - 1) / GGML_AMX_ROWS));
     }
     return p;
@@ -181,7 +186,9 @@ static void mul_mat_amx(const plan &p, const ggml_compute_params *params, ggml_t
     for (int64_t r = r0; r < r1; r++) {
         const bool row = r < N;
         if (row) p.q8x_quantize((const float *)((const char *)b->data + r * b->nb[1]), qrow, K);
-        ggml_amx_pack(row ? qrow : nullptr, K, high, panels + (size_t)(r / T) * psz, (int)(r % T));
+        void *panel = panels + (size_t)(r / T) * psz;
+        if (p.amx_q8k) ggml_amx_pack_q8_K(row ? qrow : nullptr, K, panel, (int)(r % T));
+        else ggml_amx_pack(row ? qrow : nullptr, K, high, panel, (int)(r % T));
     }
     ggml_barrier(params->tp);
 
