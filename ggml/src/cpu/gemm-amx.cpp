@@ -478,8 +478,8 @@ void ggml_amx_pack_q8_K(const void *q8k_row, int64_t k, bool high, void *panel, 
             memcpy(o + 64 * i + 4 * n, s.qs + 32 * j + 4 * i, 4);
             if (high) memcpy(o + 512 + 64 * i + 4 * n, yr[b / 8].qs + 32 * j + 4 * i, 4);
         }
-        // sd: d times the block's sum, or with high the residual's scale
-        const float sd = high ? yr[b / 8].d : s.d * (float)(s.bsums[2 * j] + s.bsums[2 * j + 1]);
+        // sd: with high the residual's scale; else unused (q2_K's mins are a weight tile)
+        const float sd = high ? yr[b / 8].d : 0.0f;
         memcpy(o + doff + 4 * n, &s.d, 4);
         memcpy(o + doff + 64 + 4 * n, &sd, 4);
     }

@@ -48,7 +48,8 @@ static inline size_t ggml_amx_unpacked_size(int64_t k) { return 2 * (size_t)GGML
 void ggml_amx_pack(const void *q8x_row, int64_t k, bool high, void *panel, int n);
 // The same from a q8_K row (q2_K's activations): d the superblock's scale in
 // each of its blocks; with high, the row's residual (the q8_K row after it,
-// ggml_convert_act) goes to r and its scale to sd: q and r with a scale each.
+// ggml_convert_act) goes to r and its scale to sd: q and r with a scale each
+// (without high sd is zero: q2_K's kernels take no stored minimum from it).
 void ggml_amx_pack_q8_K(const void *q8k_row, int64_t k, bool high, void *panel, int n);
 // nr (1..16) weight rows, row_stride bytes apart, into u (64-byte aligned,
 // ggml_amx_unpacked_size(k) bytes).
