@@ -256,13 +256,12 @@ static void test_q8x(const char *family, const table &ref, const ggml_q8x_kernel
                     continue;
                 }
                 const float d = ggml_fp16_to_fp32(r[b].d);
-                int sum = 0;
-                for (int j = 0; j < 32; j++) sum += r[b].qs[j];
-                bool same = memcmp(qa, r[b].qs, 16) == 0 && memcmp(qb, r[b].qs + 16, 16) == 0 && sd[0] == d * (float)sum;
+                bool same = memcmp(qa, r[b].qs, 16) == 0 && memcmp(qb, r[b].qs + 16, 16) == 0;
                 for (int l = 0; l < 4; l++) {
-                    int ls = 0;
+                    int ls = 0, hs = 0;  // lane l's eight q; eight of half l % 2 (elements 8 (l / 2) on)
                     for (int i = 0; i < 4; i++) ls += r[b].qs[4 * l + i] + r[b].qs[16 + 4 * l + i];
-                    same = same && dy[l] == d && ns[l] == -ls && (l == 0 || sd[l] == 0.0f);
+                    for (int i = 0; i < 8; i++) hs += r[b].qs[16 * (l % 2) + 8 * (l / 2) + i];
+                    same = same && dy[l] == d && ns[l] == -ls && sd[l] == d * (float)hs;
                 }
                 CHECK(same, "%s q8x n=%lld rep=%d block %lld differs from q8_0", family, (long long)n, rep, (long long)b);
             }

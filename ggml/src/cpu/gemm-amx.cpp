@@ -272,23 +272,11 @@ inline void scale_block(const int32_t *c, const int32_t *c2, const float *dwb, c
 }
 
 // c[0], c[1]: the first product's sums (q, residual), c[2], c[3] the second's.
-// Q8K (q2_K's q8_K pairs, with H): q and the residual each with its own
-// scale (d, and the residual's in the sd slot) instead of 128 C + C'.
-template <bool H, bool Q8K>
+template <bool H>
 inline void scale_pair(const int32_t (*c)[256], const float *dwb, const float *mwb, const uint8_t *pb, __m512 *acc) {
     const __m512 d = _mm512_load_ps((const float *)(pb + (H ? 1024 : 512)));
-    const __m512 d2 = Q8K ? _mm512_load_ps((const float *)(pb + 1088)) : d;
 #pragma GCC unroll 16
     for (int m = 0; m < 16; m++) {
-        if (Q8K) {
-            auto sum = [&](int i) {  // the product i's q and residual sums, scaled
-                return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[i] + 16 * m)), d,
-                                       _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[i + 1] + 16 * m)), d2));
-            };
-            acc[m] = _mm512_fmadd_ps(sum(0), _mm512_set1_ps(dwb[m]), acc[m]);
-            acc[m] = _mm512_fmadd_ps(sum(2), _mm512_set1_ps(mwb[m]), acc[m]);
-            continue;
-        }
         const __m512 lo = _mm512_mul_ps(_mm512_cvtepi32_ps(sums_row<H>(c[0], c[1], m)), _mm512_set1_ps(dwb[m]));
         acc[m] = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(sums_row<H>(c[2], c[3], m)), _mm512_set1_ps(mwb[m]), lo), d, acc[m]);
     }
@@ -359,9 +347,9 @@ void gemm(int64_t k, const void *vu, const void *vp, float *dst, size_t ds, int 
 // Two tile products a block, scaled by dw and mw (scale_pair). SPLIT (the
 // split tile configuration): the block's low half (W bytes 0..15 of each
 // row, Q / R rows 0..3) and its high half (W bytes 16..31, rows 4..7);
-// otherwise (q2_K) the whole block against its two weight tiles, on q8_K
-// panels (ggml_amx_pack_q8_K). Without H the four sums tiles hold two
-// blocks, with H one (each product's q and residual).
+// otherwise (q2_K) the whole block against its two weight tiles. Without H
+// the four sums tiles hold two blocks, with H one (each product's q and
+// residual).
 template <bool H, bool SPLIT>
 void gemm_pair(int64_t k, const void *vu, const void *vp, float *dst, size_t ds, int nr, int nc) {
     const int64_t nb = k / 32;
@@ -387,7 +375,7 @@ void gemm_pair(int64_t k, const void *vu, const void *vp, float *dst, size_t ds,
             TILE_STORE_SUMS(TC1, c[1]);
             TILE_STORE_SUMS(TC2, c[2]);
             TILE_STORE_SUMS(TC3, c[3]);
-            scale_pair<H, !SPLIT>(c, dw + 16 * b, mw + 16 * b, pan + b * BLK, acc);
+            scale_pair<H>(c, dw + 16 * b, mw + 16 * b, pan + b * BLK, acc);
         }
     } else {
         // two blocks in the four tiles; their sums pass through c[0] and c[2] in turn
@@ -397,11 +385,11 @@ void gemm_pair(int64_t k, const void *vu, const void *vp, float *dst, size_t ds,
             if (two) PAIR_PRODUCTS(TC2, TC2, TC3, TC3, b + 1);
             TILE_STORE_SUMS(TC0, c[0]);
             TILE_STORE_SUMS(TC1, c[2]);
-            scale_pair<H, false>(c, dw + 16 * b, mw + 16 * b, pan + b * BLK, acc);
+            scale_pair<H>(c, dw + 16 * b, mw + 16 * b, pan + b * BLK, acc);
             if (two) {
                 TILE_STORE_SUMS(TC2, c[0]);
                 TILE_STORE_SUMS(TC3, c[2]);
-                scale_pair<H, false>(c, dw + 16 * (b + 1), mw + 16 * (b + 1), pan + (b + 1) * BLK, acc);
+                scale_pair<H>(c, dw + 16 * (b + 1), mw + 16 * (b + 1), pan + (b + 1) * BLK, acc);
             }
         }
     }
@@ -443,7 +431,7 @@ ggml_amx_kernels make_kernels() {
 void ggml_amx_pack(const void *q8x_row, int64_t k, bool high, void *panel, int n) {
     const int64_t nb = k / 32;
     const size_t blk = ggml_amx_panel_block(high), group = high ? GGML_Q8XH_GROUP : GGML_Q8X_GROUP;
-    const size_t dy = high ? 256 : 128, sd = dy + 128;  // the q8x / q8xh offsets (vec-dot-simd.h)
+    const size_t dy = high ? 256 : 128;  // the q8x / q8xh offsets (vec-dot-simd.h): ns at dy + 64
     const size_t doff = high ? 1024 : 512;
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *o = (uint8_t *)panel + b * blk;
@@ -461,26 +449,12 @@ void ggml_amx_pack(const void *q8x_row, int64_t k, bool high, void *panel, int n
             if (high) memcpy(o + 512 + 64 * i + 4 * n, g + 128 + (i < 4 ? 16 * l + 4 * i : 64 + 16 * l + 4 * (i - 4)), 4);
         }
         memcpy(o + doff + 4 * n, g + dy + 16 * l, 4);
-        memcpy(o + doff + 64 + 4 * n, g + sd + 16 * l, 4);
-    }
-}
-
-void ggml_amx_pack_q8_K(const void *q8k_row, int64_t k, bool high, void *panel, int n) {
-    if (!q8k_row) return ggml_amx_pack(nullptr, k, high, panel, n);
-    const block_q8_K *y = (const block_q8_K *)q8k_row;
-    const block_q8_K *yr = (const block_q8_K *)((const char *)q8k_row + ggml_row_size(GGML_TYPE_Q8_K, k));
-    const size_t doff = high ? 1024 : 512;
-    for (int64_t b = 0; b < k / 32; b++) {
-        uint8_t *o = (uint8_t *)panel + b * ggml_amx_panel_block(high);
-        const block_q8_K &s = y[b / 8];
-        const int j = (int)(b % 8);
-        for (int i = 0; i < 8; i++) {
-            memcpy(o + 64 * i + 4 * n, s.qs + 32 * j + 4 * i, 4);
-            if (high) memcpy(o + 512 + 64 * i + 4 * n, yr[b / 8].qs + 32 * j + 4 * i, 4);
-        }
-        // sd: with high the residual's scale; else unused (q2_K's mins are a weight tile)
-        const float sd = high ? yr[b / 8].d : 0.0f;
-        memcpy(o + doff + 4 * n, &s.d, 4);
+        // the block's sum from the lanes' (ns: minus each, exact), times d as q8x's half sums are
+        int32_t ns[4];
+        memcpy(ns, g + dy + 64 + 16 * l, sizeof(ns));
+        float d, sd;
+        memcpy(&d, g + dy + 16 * l, 4);
+        sd = d * (float)-(ns[0] + ns[1] + ns[2] + ns[3]);
         memcpy(o + doff + 64 + 4 * n, &sd, 4);
     }
 }

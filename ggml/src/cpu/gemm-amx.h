@@ -10,8 +10,8 @@
 // with GGML_PREC_HIGH: q and the residual q2 as two B tiles, 128 C(q) + C(q2)
 // in int32), so the reference the tests hold them to is unchanged.
 //
-// Activations: "panels" of 16 rows, converted by the q8x quantizer (q2_K:
-// the q8_K one) and packed (ggml_amx_pack); per block b of 32 elements, at
+// Activations: "panels" of 16 rows, converted by the q8x quantizer and
+// packed (ggml_amx_pack); per block b of 32 elements, at
 // b * panel block bytes:
 //   int8  q[8][16][4]   q[i][n][j] = element 4 i + j of the block, row n
 //   int8  r[8][16][4]   (high) the residual q2, the same order
@@ -46,11 +46,6 @@ static inline size_t ggml_amx_unpacked_size(int64_t k) { return 2 * (size_t)GGML
 // Packs a q8x (q8xh with high) row of k elements as row n of a panel; NULL
 // writes zeros (a panel's rows past the last activation row).
 void ggml_amx_pack(const void *q8x_row, int64_t k, bool high, void *panel, int n);
-// The same from a q8_K row (q2_K's activations): d the superblock's scale in
-// each of its blocks; with high, the row's residual (the q8_K row after it,
-// ggml_convert_act) goes to r and its scale to sd: q and r with a scale each
-// (without high sd is zero: q2_K's kernels take no stored minimum from it).
-void ggml_amx_pack_q8_K(const void *q8k_row, int64_t k, bool high, void *panel, int n);
 // nr (1..16) weight rows, row_stride bytes apart, into u (64-byte aligned,
 // ggml_amx_unpacked_size(k) bytes).
 typedef void (*ggml_amx_unpack_t)(const void *rows, size_t row_stride, int nr, int64_t k, void *u);

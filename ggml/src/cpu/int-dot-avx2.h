@@ -505,6 +505,40 @@ struct X2K3 {
     }
 };
 
+// q2_K, as XK2: block b's element l has u = (qs[32 h + l] >> 2 b) & 3 and
+// weight d sc u - dmin m (sc, m: the nibbles of scales[8 h + 2 b], then + 1,
+// for elements 0..15 and 16..31); sc u <= 45 is the quant (a word multiply:
+// a 128-bit lane is one half with one scale), d the superblock's, m the
+// halves' -dmin m in the lanes of the activations' half sums sd (WIDE for q8xh).
+// half_idx[2c + i]: scale byte 2 (2c + L) + i (block 2c + L, half i) as the
+// words of lane L.
+inline constexpr shuf_table<4> half_idx([](int c, int lane, int j) { return j % 2 ? -128 : 4 * (c / 2) + 2 * lane + c % 2; });
+struct X2K2 {
+    using B = block_q2_K;
+    static constexpr int S = -1;
+    static constexpr bool SIGNED = false, BY_GROUP = true, WIDE = true;
+    static void group(const B *x, int64_t g, __m256i *u, __m256i *v, __m256 *d, __m256 *m) {
+        const B *b = x + (g >> 1);
+        const int h = (int)(g & 1);
+        const uint8_t *qs = b->qs + 32 * h;
+        const __m128i s8 = _mm_loadl_epi64((const __m128i *)(b->scales + 8 * h)), m4 = _mm_set1_epi8(0x0F);
+        const __m256i sc = _mm256_broadcastsi128_si256(_mm_and_si128(s8, m4));
+        const __m256i m3 = _mm256_set1_epi8(3);
+        const __m256 mn = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(s8, 4), m4))),
+                                        _mm256_set1_ps(-fp16(b->dmin)));  // half j's at lane j
+        for (int c = 0; c < 2; c++) {  // blocks 2c, 2c + 1: the bits at shift 2b
+            auto quants = [&](int i) {
+                const __m256i q = _mm256_and_si256(bcast_shift(qs + 16 * i, 4 * c, 4 * c + 2), m3);
+                return _mm256_mullo_epi16(q, _mm256_shuffle_epi8(sc, half_idx[2 * c + i]));
+            };
+            u[c] = quants(0);
+            v[c] = quants(1);
+            d[c] = _mm256_set1_ps(fp16(b->d));
+            m[c] = _mm256_permutevar8x32_ps(mn, _mm256_setr_epi32(4 * c, 4 * c + 1, 4 * c, 4 * c + 1, 4 * c + 2, 4 * c + 3, 4 * c + 2, 4 * c + 3));
+        }
+    }
+};
+
 // Whether a loader reads K-quant superblocks by group (X::group, marked
 // X::BY_GROUP) rather than four 32-element blocks at a time (X::load).
 template <class X, class = void>
@@ -516,6 +550,12 @@ template <class X, class = void>
 struct split_halves : std::false_type {};
 template <class X>
 struct split_halves<X, std::void_t<decltype(X::SPLIT)>> : std::integral_constant<bool, X::SPLIT> {};
+
+// Whether a loader's unsigned quants reach 32 (q2_K's sc u, X::WIDE).
+template <class X, class = void>
+struct wide_quants : std::false_type {};
+template <class X>
+struct wide_quants<X, std::void_t<decltype(X::WIDE)>> : std::integral_constant<bool, X::WIDE> {};
 
 // One group of four weight blocks unpacked into the q8x order: u (low
 // halves), v (high halves), d and m by half h of the group; as registers, or
@@ -567,12 +607,14 @@ __attribute__((always_inline)) inline void load_group2(const typename X::B *x, i
 // (q3_K, q6_K: sub-blocks of 16): a block's low and high halves have their
 // own scales (d and m) and offsets (the low half's q sum from one more dot per
 // column, the high half's the rest of ns): two such sums, fmsubs and fmas.
+// WIDE quants (q2_K's sc u <= 45) with q8xh pass 2^22: a conversion, as q8_0.
 template <class X, int NR, int NC, bool H, class Load>
 __attribute__((always_inline)) inline void q8x_tile2(int64_t ng, Load &&load, const uint8_t *y0, size_t ys, float *s, size_t ss,
                                                      float *accv, int ars, int flags) {
     constexpr size_t GROUP = H ? GGML_Q8XH_GROUP : GGML_Q8X_GROUP;
     constexpr size_t DY = H ? 256 : 128, NS = DY + 64, SD = DY + 128;
-    constexpr bool OFF = X::S >= 0, MIN = X::S < 0 && !X::SIGNED, MAGIC = !(H && X::SIGNED), SPLIT = split_halves<X>::value;
+    constexpr bool OFF = X::S >= 0, MIN = X::S < 0 && !X::SIGNED, MAGIC = !(H && (X::SIGNED || wide_quants<X>::value));
+    constexpr bool SPLIT = split_halves<X>::value;
     const __m256i magic = _mm256_set1_epi32(MAGIC ? 0x4B400000 : 0);
     __m256 acc[NR][NC], accm[NR][NC];
     for (int r = 0; r < NR; r++)
@@ -731,7 +773,7 @@ void q8x_set2(ggml_q8x_kernels *q, ggml_type t, bool gemm = true) {
 
 // The slots these kernels fill: the K-quants' vec_dot, the fused row +
 // residual dots, and the q8x kernels (one-row dot, unpack, prompt gemm) of
-// the 32-element types and the K-quants but q2_K (q3_K and q6_K for prompt
+// the 32-element types and the K-quants (q2_K, q3_K and q6_K for prompt
 // batches only: min_cols).
 inline void set_int_dots(ggml_cpu_type_traits *t, ggml_vec_dot2_t *dot2, ggml_q8x_kernels *q) {
     if (t) {
@@ -756,9 +798,10 @@ inline void set_int_dots(ggml_cpu_type_traits *t, ggml_vec_dot2_t *dot2, ggml_q8
         q8x_set2<X2_q8_0>(q, GGML_TYPE_Q8_0, false);
         q8x_set2<X2K<false>>(q, GGML_TYPE_Q4_K);
         q8x_set2<X2K<true>>(q, GGML_TYPE_Q5_K);
+        q8x_set2<X2K2>(q, GGML_TYPE_Q2_K);
         q8x_set2<X2K3>(q, GGML_TYPE_Q3_K);
         q8x_set2<X2K6>(q, GGML_TYPE_Q6_K);
-        q->min_cols[GGML_TYPE_Q3_K] = q->min_cols[GGML_TYPE_Q6_K] = GGML_Q8X_GEMM_MIN_COLS;
+        q->min_cols[GGML_TYPE_Q2_K] = q->min_cols[GGML_TYPE_Q3_K] = q->min_cols[GGML_TYPE_Q6_K] = GGML_Q8X_GEMM_MIN_COLS;
         // q4_K, q5_K from 2 columns on (min_cols 0): in cache, 2 columns of q5_K
         // and the `high` products are 15-40% faster than two q8_K dots, q4_K
         // `fast` even

@@ -51,7 +51,6 @@ struct plan {
     ggml_vec_dot_t dot;    // the one-column kernel for vdt (ggml_cpu_act_dot)
     ggml_amx_gemm_t amx_gemm;      // non-null: the prompt batch runs on AMX tiles (mul_mat_amx)
     ggml_amx_unpack_t amx_unpack;  // ... on weight rows unpacked by this
-    bool amx_q8k;                  // ... and activation rows converted to q8_K (with resid: pairs; else q8x / q8xh)
 };
 
 void copy_row_f32(const float *x, void *y, int64_t k) { memcpy(y, x, sizeof(float) * (size_t)k); }
@@ -103,16 +102,13 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *ds
     if (p.resid && p.q8x_dot) ggml_abort("mul_mat: a multi-column kernel without its high-precision twin");
     p.conv = p.direct ? 0 : align_up(p.bstride * (size_t)(b->ne[1] * b->ne[2] * b->ne[3]));
     // Prompt batches of one weight matrix on AMX tiles: the activation
-    // values the product has anyway (q8x, q8xh, or q2_K's q8_K rows), packed
-    // in panels of 16 rows (gemm-amx.h).
+    // values the product has anyway (q8x, q8xh), packed in panels of 16 rows
+    // (gemm-amx.h).
     const ggml_amx_kernels *amx = ta->vec_dot != ta->vec_dot_ref ? ggml_cpu_amx() : nullptr;
     const bool plain = a->ne[2] * a->ne[3] == 1 && b->ne[2] * b->ne[3] == 1 && !p.gather && dst->nb[0] == sizeof(float);
-    const bool q8k = !pick.quantize && p.vdt == GGML_TYPE_Q8_K;
-    if (amx && plain && (pick.quantize || q8k) && b->ne[1] >= GGML_AMX_MIN_COLS && (high ? amx->gemm_hi : amx->gemm)[a->type]) {
+    if (amx && plain && pick.quantize && b->ne[1] >= GGML_AMX_MIN_COLS && (high ? amx->gemm_hi : amx->gemm)[a->type]) {
         p.amx_gemm = high ? amx->gemm_hi[a->type] : amx->gemm[a->type];
         p.amx_unpack = amx->unpack[a->type];
-        p.amx_q8k = q8k;
-        if (q8k) p.q8x_quantize = ggml_get_cpu_type_traits(GGML_TYPE_Q8_K)->from_float;
         p.conv = align_up(ggml_amx_panel_size(K, high) * (size_t)((b->ne[1] + GGML_AMX_ROWS - 1) / GGML_AMX_ROWS));
     }
     return p;
@@ -145,12 +141,8 @@ static bool private_conv(const ggml_tensor *b, int nth) {
 // the group's weights (~290 KB) stay in L2.
 constexpr int64_t AMX_GROUP = 4;
 static size_t amx_block_bytes(int64_t K) { return align_up(ggml_amx_unpacked_size(K)); }
-// per thread: one converted activation row (with resid: the row, its residual
-// and the float scratch of ggml_convert_act), then the unpacked weight blocks
-static size_t amx_row_bytes(const plan &p, int64_t K) {
-    return align_up(p.bstride) + (p.resid ? align_up(sizeof(float) * (size_t)K) : 0);
-}
-static size_t amx_thread_bytes(const plan &p, int64_t K) { return amx_row_bytes(p, K) + (size_t)AMX_GROUP * amx_block_bytes(K); }
+// per thread: one converted activation row, then the unpacked weight blocks
+static size_t amx_thread_bytes(const plan &p, int64_t K) { return align_up(p.vrow) + (size_t)AMX_GROUP * amx_block_bytes(K); }
 
 extern "C" size_t ggml_mul_mat_work_size(const ggml_tensor *node, int n_threads) {
     const ggml_tensor *a = node->src[0], *b = node->src[1];
@@ -182,10 +174,8 @@ static void mul_mat_amx(const plan &p, const ggml_compute_params *params, ggml_t
     const uintptr_t base = ((uintptr_t)params->wdata + ALIGN - 1) / ALIGN * ALIGN;
     char *const panels = (char *)base;
     char *const qrow = panels + p.conv + (size_t)ith * amx_thread_bytes(p, K);
-    float *const scratch = (float *)(qrow + align_up(p.bstride));
-    char *const ubuf = qrow + amx_row_bytes(p, K);
+    char *const ubuf = qrow + align_up(p.vrow);
     const size_t usz = amx_block_bytes(K);
-    const ggml_to_float_t to_float = ggml_get_type_traits(p.vdt)->to_float;
     auto rows_of = [&](int64_t w) { return (int)std::min(T, M - w * T); };  // weight block w's rows
 
     int64_t r0, r1;
@@ -193,11 +183,8 @@ static void mul_mat_amx(const plan &p, const ggml_compute_params *params, ggml_t
     for (int64_t r = r0; r < r1; r++) {
         const bool row = r < N;
         const float *x = (const float *)((const char *)b->data + r * b->nb[1]);
-        if (row && p.resid) ggml_convert_act(x, qrow, K, p.q8x_quantize, to_float, p.vrow, true, scratch);
-        else if (row) p.q8x_quantize(x, qrow, K);
-        void *panel = panels + (size_t)(r / T) * psz;
-        if (p.amx_q8k) ggml_amx_pack_q8_K(row ? qrow : nullptr, K, high, panel, (int)(r % T));
-        else ggml_amx_pack(row ? qrow : nullptr, K, high, panel, (int)(r % T));
+        if (row) p.q8x_quantize(x, qrow, K);
+        ggml_amx_pack(row ? qrow : nullptr, K, high, panels + (size_t)(r / T) * psz, (int)(r % T));
     }
     ggml_barrier(params->tp);
 

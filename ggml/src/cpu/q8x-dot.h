@@ -158,9 +158,13 @@ constexpr auto split_of(int) -> decltype(X::SPLIT, bool()) { return X::SPLIT; }
 template <class X>
 constexpr bool split_of(long) { return false; }
 
-// Whether a loader's weights reach |u + o| > 31 (q8_0).
+// Whether a loader's weights reach |u + o| > 31 (q8_0; q2_K's sc u, X::WIDE).
 template <class X>
-constexpr bool wide_quants() { return X::S >= 7; }
+constexpr auto wide_of(int) -> decltype(X::WIDE, bool()) { return X::WIDE; }
+template <class X>
+constexpr bool wide_of(long) { return false; }
+template <class X>
+constexpr bool wide_quants() { return X::S >= 7 || wide_of<X>(0); }
 
 // Loaders of K-quant superblocks (X::group(x, g, w): group g of a row) or of
 // groups of four 32-element blocks (X::load, through load_group).
@@ -397,7 +401,39 @@ struct XK3 {
     }
 };
 
-// q3_K, q4_K, q5_K and q6_K take the q8x kernels for prompt batches; mat-vec
+// q2_K: group g is half h = g % 2 of superblock g / 2; its block b's element
+// l has u = (qs[32 h + l] >> 2 b) & 3 and weight d sc u - dmin m, sc and m the
+// low and high nibbles of scales[8 h + 2 b] for elements 0..15 and of the
+// next byte for 16..31. sc u <= 45 fits a byte, so the scale goes into the
+// quants (one word multiply: a 128-bit lane is one half with one scale, and
+// no product carries into the next byte): d is the superblock's, and m the
+// halves' -dmin m in the lanes of the activations' half sums sd (lanes 4b,
+// 4b + 2: the low half's, vec-dot-simd.h); WIDE for q8xh.
+struct XK2 {
+    using B = block_q2_K;
+    static constexpr int S = -1;
+    static constexpr bool WIDE = true;
+    static void group(const B *x, int64_t g, q8x_wgroup *w) {
+        const B *b = x + (g >> 1);
+        const int h = (int)(g & 1);
+        const __m512i cnt = shifts_2b(), m3 = _mm512_set1_epi8(3);  // cnt: also word index 2b in lane b
+        const uint8_t *qs = b->qs + 32 * h;
+        const __m128i s8 = _mm_loadl_epi64((const __m128i *)(b->scales + 8 * h)), m4 = _mm_set1_epi8(0x0F);
+        const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_and_si128(s8, m4)));
+        auto half = [&](int o) {  // elements o .. o + 15 of the four blocks, times their scale (byte 2b + o / 16)
+            const __m512i u = _mm512_and_si512(_mm512_srlv_epi16(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(qs + o))), cnt), m3);
+            return _mm512_mullo_epi16(u, _mm512_permutexvar_epi16(_mm512_add_epi16(cnt, _mm512_set1_epi16((short)(o / 16))), sc));
+        };
+        w->ua = half(0);
+        w->ub = half(16);
+        w->d = _mm512_set1_ps(_cvtsh_ss(b->d));
+        const __m512i mn = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(s8, 4), m4));  // min of half j at dword j
+        const __m512i ix = _mm512_setr_epi32(0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7);
+        w->m = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(ix, mn)), _mm512_set1_ps(-_cvtsh_ss(b->dmin)));
+    }
+};
+
+// The K-quants take the q8x kernels for prompt batches; mat-vec
 // and a few columns keep their q8_K kernels (min_cols).
 // Every kernel of loader X for type t, from min_cols activation rows on.
 template <class X>
@@ -410,6 +446,7 @@ void q8x_set(ggml_q8x_kernels *q, ggml_type t, int min_cols) {
     q->gemm_hi[t] = gemm_q8xh_n<X>;
 }
 inline void q8x_add_kquants(ggml_q8x_kernels *q) {
+    q8x_set<XK2>(q, GGML_TYPE_Q2_K, GGML_Q8X_GEMM_MIN_COLS);
     q8x_set<XK3>(q, GGML_TYPE_Q3_K, GGML_Q8X_GEMM_MIN_COLS);
     q8x_set<XK<false>>(q, GGML_TYPE_Q4_K, GGML_Q8X_GEMM_MIN_COLS);
     q8x_set<XK<true>>(q, GGML_TYPE_Q5_K, GGML_Q8X_GEMM_MIN_COLS);

@@ -386,19 +386,15 @@ void quantize_q8x_avx2(const float *x, void *vy, int64_t k) {
                 memcpy(ra + 16 * b, e, 16);
                 memcpy(ra + 64 + 16 * b, e + 16, 16);
             }
-            int32_t st = 0;
-            for (int l = 0; l < 4; l++) {
-                int32_t ls = 0;
-                for (int i = 0; i < 4; i++) {
-                    const int a = 4 * l + i, c = 16 + 4 * l + i;
-                    ls += H ? 128 * (q[a] + q[c]) + e[a] + e[c] : q[a] + q[c];
-                }
+            auto value = [&](int a) { return H ? 128 * q[a] + e[a] : q[a]; };
+            for (int l = 0; l < 4; l++) {  // lane l of a dot register: elements 4l..4l+3 of both halves
+                int32_t ls = 0, hs = 0;
+                for (int i = 0; i < 4; i++) ls += value(4 * l + i) + value(16 + 4 * l + i);
+                for (int i = 0; i < 8; i++) hs += value(16 * (l % 2) + 8 * (l / 2) + i);  // half l % 2, elements 8 (l / 2) ..
                 ns[4 * b + l] = -ls;
-                st += ls;
                 dy[4 * b + l] = step;
-                sd[4 * b + l] = 0.0f;
+                sd[4 * b + l] = step * (float)hs;
             }
-            sd[4 * b] = step * (float)st;
         }
     }
 }

@@ -502,9 +502,8 @@ void quantize_q8x(const float *x, void *vy, int64_t k) {
             const __m512i q0 = round_q8(_mm512_mul_ps(v0, vid)), q1 = round_q8(_mm512_mul_ps(v1, vid));
             _mm_storeu_si128((__m128i *)(qa + 16 * b), _mm512_cvtepi32_epi8(q0));
             _mm_storeu_si128((__m128i *)(qa + 64 + 16 * b), _mm512_cvtepi32_epi8(q1));
-            // t: per element 128 q + q2 (H) or q; lane l of a dot register holds elements 4l..4l+3 of both halves
-            __m512i t = _mm512_add_epi32(q0, q1);
-            const int32_t sq = _mm512_reduce_add_epi32(t);
+            // t0, t1: per element of each half 128 q + q2 (H) or q
+            __m512i t0 = q0, t1 = q1;
             float step = df;
             if (H) {  // the residual x - df q on the grid df/128 (|q2| <= ~72)
                 const __m512 vdf = _mm512_set1_ps(df), vir = _mm512_set1_ps(df != 0.0f ? 128.0f / df : 0.0f);
@@ -513,19 +512,27 @@ void quantize_q8x(const float *x, void *vy, int64_t k) {
                 const __m512i e0 = round_q8(_mm512_mul_ps(r0, vir)), e1 = round_q8(_mm512_mul_ps(r1, vir));
                 _mm_storeu_si128((__m128i *)(ra + 16 * b), _mm512_cvtepi32_epi8(e0));
                 _mm_storeu_si128((__m128i *)(ra + 64 + 16 * b), _mm512_cvtepi32_epi8(e1));
-                t = _mm512_add_epi32(_mm512_slli_epi32(t, 7), _mm512_add_epi32(e0, e1));
+                t0 = _mm512_add_epi32(_mm512_slli_epi32(q0, 7), e0);
+                t1 = _mm512_add_epi32(_mm512_slli_epi32(q1, 7), e1);
                 step = df / 128.0f;  // exact: a power-of-two division
             }
-            alignas(64) int32_t te[16];
-            _mm512_store_si512(te, t);
-            int32_t st = 0;
-            for (int l = 0; l < 4; l++) {
-                const int32_t ls = te[4 * l] + te[4 * l + 1] + te[4 * l + 2] + te[4 * l + 3];
-                ns[4 * b + l] = -ls;
-                st += ls;
-            }
+            // sums of four: every element of 128-bit lane l holds that of elements 4l..4l+3
+            auto four = [](__m512i t) {
+                t = _mm512_add_epi32(t, _mm512_shuffle_epi32(t, _MM_PERM_BADC));
+                return _mm512_add_epi32(t, _mm512_shuffle_epi32(t, _MM_PERM_CDAB));
+            };
+            const __m512i f0 = four(t0), f1 = four(t1);
+            // lane l of a dot register: elements 4l..4l+3 of both halves
+            const __m128i ls = _mm512_castsi512_si128(_mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                                                                                _mm512_add_epi32(f0, f1)));
+            // the half sums of eight, lanes in the order of vec-dot-simd.h: half 0's 0..7, half 1's, half 0's 8..15, half 1's
+            const __m512i pa = _mm512_setr_epi32(0, 16, 8, 24, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+            const __m512i pb = _mm512_add_epi32(pa, _mm512_set1_epi32(4));
+            const __m128i hs = _mm_add_epi32(_mm512_castsi512_si128(_mm512_permutex2var_epi32(f0, pa, f1)),
+                                             _mm512_castsi512_si128(_mm512_permutex2var_epi32(f0, pb, f1)));
+            _mm_storeu_si128((__m128i *)(ns + 4 * b), _mm_sub_epi32(_mm_setzero_si128(), ls));
+            _mm_storeu_ps(sd + 4 * b, _mm_mul_ps(_mm_set1_ps(step), _mm_cvtepi32_ps(hs)));
             _mm_storeu_ps(dy + 4 * b, _mm_set1_ps(step));
-            _mm_storeu_ps(sd + 4 * b, _mm_setr_ps(step * (float)(H ? st : sq), 0.0f, 0.0f, 0.0f));
         }
     }
 }

@@ -73,8 +73,10 @@ static inline void ggml_prefetch_chunk(const void *p, int bytes, int ahead) {
 //   float dy[16]   df of block l / 4 in lane l
 //   int32 ns[16]   minus the sum of the eight q lane l of qa and qb holds
 //                  (the weights' offset -8, -16, -128 as one shift and add)
-//   float sd[16]   df * sum(q) of block b in lane 4 b, zero elsewhere (the
-//                  offset term of the types with a stored minimum)
+//   float sd[16]   df * the sum of eight q of block b by half: lanes 4 b and
+//                  4 b + 2 elements 0..7 and 8..15, lanes 4 b + 1 and 4 b + 3
+//                  elements 16..23 and 24..31 (the term of a stored minimum,
+//                  per block, or per half of 16 for q2_K: one multiply-add)
 // 320 bytes a group, 64-byte aligned, so the dot kernels stream one weight
 // row against several activation rows with plain vector loads and unpack a
 // weight group with one mask and one shift. Never stored or exchanged:
@@ -93,7 +95,7 @@ static inline size_t ggml_q8x_row_size(int64_t k) { return (size_t)((k + 127) / 
 //   int8  ra[64], rb[64]   q2
 //   float dy[16]           df/128 of block l / 4 in lane l
 //   int32 ns[16]           minus the lane's sum of 128 q + q2
-//   float sd[16]           (df/128) * sum(128 q + q2) of block b in lane 4 b
+//   float sd[16]           (df/128) * the sums of 128 q + q2 by half, as q8x
 #define GGML_Q8XH_GROUP 448
 static inline size_t ggml_q8xh_row_size(int64_t k) { return (size_t)((k + 127) / 128) * GGML_Q8XH_GROUP; }
 typedef void (*ggml_q8x_quantize_t)(const float *x, void *y, int64_t k);
