@@ -10,9 +10,8 @@
 // with GGML_PREC_HIGH: q and the residual q2 as two B tiles, 128 C(q) + C(q2)
 // in int32), so the reference the tests hold them to is unchanged.
 //
-// Activations: "panels" of 16 rows, converted by the q8x quantizer and
-// packed (ggml_amx_pack); per block b of 32 elements, at
-// b * panel block bytes:
+// Activations: "panels" of 16 rows, converted by the q8x quantizer and packed
+// (ggml_amx_pack); per block b of 32 elements, at b * panel block bytes:
 //   int8  q[8][16][4]   q[i][n][j] = element 4 i + j of the block, row n
 //   int8  r[8][16][4]   (high) the residual q2, the same order
 //   float d[16]         the q8x scale of row n (df, or df / 128 with high)

@@ -182,8 +182,7 @@ static void mul_mat_amx(const plan &p, const ggml_compute_params *params, ggml_t
     ggml_split_range(np * T, ith, nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         const bool row = r < N;
-        const float *x = (const float *)((const char *)b->data + r * b->nb[1]);
-        if (row) p.q8x_quantize(x, qrow, K);
+        if (row) p.q8x_quantize((const float *)((const char *)b->data + r * b->nb[1]), qrow, K);
         ggml_amx_pack(row ? qrow : nullptr, K, high, panels + (size_t)(r / T) * psz, (int)(r % T));
     }
     ggml_barrier(params->tp);
