@@ -231,7 +231,7 @@ void row_q2_K(const void *vx, int64_t nb, int8_t *q, float *dw, float *mw) {
 
 typedef void (*row_fn)(const void *x, int64_t nb, int8_t *q, float *dw, float *mw);
 
-template <row_fn ROW>
+template <row_fn ROW, bool MINS>
 void unpack(const void *rows, size_t row_stride, int nr, int64_t k, void *vu) {
     const int64_t nb = k / 32;
     int8_t *q = (int8_t *)vu;
@@ -240,7 +240,7 @@ void unpack(const void *rows, size_t row_stride, int nr, int64_t k, void *vu) {
     for (int m = nr; m < GGML_AMX_ROWS; m++) {  // zeros: finite sums, never stored
         for (int64_t b = 0; b < nb; b++) {
             memset(q + QB * b + 32 * m, 0, 32);
-            memset(second_tiles(q, nb) + QB * b + 32 * m, 0, 32);
+            if (MINS) memset(second_tiles(q, nb) + QB * b + 32 * m, 0, 32);
             dw[16 * b + m] = mw[16 * b + m] = 0.0f;
         }
     }
@@ -399,16 +399,18 @@ void gemm_pair(int64_t k, const void *vu, const void *vp, float *dst, size_t ds,
 
 template <row_fn ROW, bool MIN>
 void set(ggml_amx_kernels *k, ggml_type t) {
-    k->unpack[t] = unpack<ROW>;
+    k->unpack[t] = unpack<ROW, false>;
     k->gemm[t] = gemm<false, MIN>;
     k->gemm_hi[t] = gemm<true, MIN>;
 }
 template <row_fn ROW, bool SPLIT>
 void set_pair(ggml_amx_kernels *k, ggml_type t) {
-    k->unpack[t] = unpack<ROW>;
+    // a pair of products a block: the halves (split), or values and mins
+    k->unpack[t] = unpack<ROW, !SPLIT>;
     k->gemm[t] = gemm_pair<false, SPLIT>;
     k->gemm_hi[t] = gemm_pair<true, SPLIT>;
     k->split[t] = SPLIT;
+    k->mins[t] = !SPLIT;
 }
 
 ggml_amx_kernels make_kernels() {

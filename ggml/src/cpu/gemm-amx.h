@@ -40,13 +40,16 @@
 
 static inline size_t ggml_amx_panel_block(bool high) { return high ? 1152 : 640; }
 static inline size_t ggml_amx_panel_size(int64_t k, bool high) { return (size_t)(k / 32) * ggml_amx_panel_block(high); }
-static inline size_t ggml_amx_unpacked_size(int64_t k) { return 2 * (size_t)GGML_AMX_ROWS * (size_t)k + (size_t)(k / 32) * 128; }
+// q, dw, mw, and with mins (q2_K) the second q
+static inline size_t ggml_amx_unpacked_size(int64_t k, bool mins) {
+    return (mins ? 2 : 1) * (size_t)GGML_AMX_ROWS * (size_t)k + (size_t)(k / 32) * 128;
+}
 
 // Packs a q8x (q8xh with high) row of k elements as row n of a panel; NULL
 // writes zeros (a panel's rows past the last activation row).
 void ggml_amx_pack(const void *q8x_row, int64_t k, bool high, void *panel, int n);
 // nr (1..16) weight rows, row_stride bytes apart, into u (64-byte aligned,
-// ggml_amx_unpacked_size(k) bytes).
+// ggml_amx_unpacked_size(k, mins[type]) bytes).
 typedef void (*ggml_amx_unpack_t)(const void *rows, size_t row_stride, int nr, int64_t k, void *u);
 // dst[m * 4 bytes + n * dst_stride] = dot(weight row m, activation row n) for
 // m < nr, n < nc, from unpacked weights u and a panel. Needs the tiles of
@@ -58,6 +61,7 @@ struct ggml_amx_kernels {
     ggml_amx_gemm_t gemm[GGML_TYPE_COUNT];
     ggml_amx_gemm_t gemm_hi[GGML_TYPE_COUNT];  // q8xh activations
     bool split[GGML_TYPE_COUNT];               // sub-blocks of 16: tiles of half a block
+    bool mins[GGML_TYPE_COUNT];                // the mins' second weight tile (q2_K)
 };
 // The tile kernels (call only once ggml_cpu_amx_request granted the state).
 const struct ggml_amx_kernels *ggml_cpu_amx_kernels(void);

@@ -51,6 +51,7 @@ struct plan {
     ggml_vec_dot_t dot;    // the one-column kernel for vdt (ggml_cpu_act_dot)
     ggml_amx_gemm_t amx_gemm;      // non-null: the prompt batch runs on AMX tiles (mul_mat_amx)
     ggml_amx_unpack_t amx_unpack;  // ... on weight rows unpacked by this
+    size_t amx_usz;                // bytes of one unpacked block of 16 weight rows
 };
 
 void copy_row_f32(const float *x, void *y, int64_t k) { memcpy(y, x, sizeof(float) * (size_t)k); }
@@ -109,6 +110,7 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *ds
     if (amx && plain && pick.quantize && b->ne[1] >= GGML_AMX_MIN_COLS && (high ? amx->gemm_hi : amx->gemm)[a->type]) {
         p.amx_gemm = high ? amx->gemm_hi[a->type] : amx->gemm[a->type];
         p.amx_unpack = amx->unpack[a->type];
+        p.amx_usz = align_up(ggml_amx_unpacked_size(K, amx->mins[a->type]));
         p.conv = align_up(ggml_amx_panel_size(K, high) * (size_t)((b->ne[1] + GGML_AMX_ROWS - 1) / GGML_AMX_ROWS));
     }
     return p;
@@ -140,15 +142,14 @@ static bool private_conv(const ggml_tensor *b, int nth) {
 // for K = 4096) comes from L3 once per group instead of once per block, and
 // the group's weights (~290 KB) stay in L2.
 constexpr int64_t AMX_GROUP = 4;
-static size_t amx_block_bytes(int64_t K) { return align_up(ggml_amx_unpacked_size(K)); }
 // per thread: one converted activation row, then the unpacked weight blocks
-static size_t amx_thread_bytes(const plan &p, int64_t K) { return align_up(p.vrow) + (size_t)AMX_GROUP * amx_block_bytes(K); }
+static size_t amx_thread_bytes(const plan &p) { return align_up(p.vrow) + (size_t)AMX_GROUP * p.amx_usz; }
 
 extern "C" size_t ggml_mul_mat_work_size(const ggml_tensor *node, int n_threads) {
     const ggml_tensor *a = node->src[0], *b = node->src[1];
     const plan p = make_plan(a, b, node);
     // AMX: the panels, then per thread a q8x row and AMX_GROUP unpacked weight blocks
-    if (p.amx_gemm) return p.conv + (size_t)n_threads * amx_thread_bytes(p, b->ne[0]) + ALIGN;
+    if (p.amx_gemm) return p.conv + (size_t)n_threads * amx_thread_bytes(p) + ALIGN;
     size_t w = private_conv(b, n_threads) ? p.conv * (size_t)n_threads : p.conv;
     const size_t frow = align_up(sizeof(float) * (size_t)b->ne[0]);
     if (p.gather) w += (size_t)n_threads * frow;
@@ -173,9 +174,9 @@ static void mul_mat_amx(const plan &p, const ggml_compute_params *params, ggml_t
     const size_t psz = ggml_amx_panel_size(K, high);
     const uintptr_t base = ((uintptr_t)params->wdata + ALIGN - 1) / ALIGN * ALIGN;
     char *const panels = (char *)base;
-    char *const qrow = panels + p.conv + (size_t)ith * amx_thread_bytes(p, K);
+    char *const qrow = panels + p.conv + (size_t)ith * amx_thread_bytes(p);
     char *const ubuf = qrow + align_up(p.vrow);
-    const size_t usz = amx_block_bytes(K);
+    const size_t usz = p.amx_usz;
     auto rows_of = [&](int64_t w) { return (int)std::min(T, M - w * T); };  // weight block w's rows
 
     int64_t r0, r1;
