@@ -138,11 +138,13 @@ inline void act_rows(const void *vy, size_t vrow, int64_t i, const block_q8_K **
     for (int r = 0; r < NR; r++) y[r] = act_row(vy, vrow, r) + i;
 }
 // One activation row's part of a superblock with scales and mins (q2_K,
-// q4_K, q5_K): d dy sumi into acc, dmin dy (mins . bsums) into accm.
-inline void add_scaled_min(const block_q8_K *y, __m256i sumi, __m256i mn, float xd, float xm, __m256 *acc, __m256 *accm) {
+// q4_K, q5_K): d dy sumi into acc, dmin dy (mins . bsums) into accm, with dm
+// = (d, dmin) from fp16_pair.
+inline void add_scaled_min(const block_q8_K *y, __m256i sumi, __m256i mn, __m128 dm, __m256 *acc, __m256 *accm) {
     const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn);
-    *acc = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xd), _mm256_cvtepi32_ps(sumi), *acc);
-    *accm = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xm), _mm256_cvtepi32_ps(mins), *accm);
+    const __m256 s = _mm256_castps128_ps256(_mm_mul_ps(dm, _mm_set1_ps(y->d)));
+    *acc = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(s, _mm256_setzero_si256()), _mm256_cvtepi32_ps(sumi), *acc);
+    *accm = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(s, _mm256_set1_epi32(1)), _mm256_cvtepi32_ps(mins), *accm);
 }
 // Types with a fixed offset o per value (q3_K: -4 = -(1 << 2), q6_K: -32):
 // row r's sumi starts at o sum_k sc_k bsums_k (w16: the 16 scales), in integers.
@@ -169,8 +171,8 @@ void dot_q2_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
         for (int r = 0; r < NR; r++) sumi[r] = _mm256_setzero_si256();
         dot_chunks<NR>(
             y, [&](int c) { return _mm256_and_si256(_mm256_srli_epi16(q[c / 4], 2 * (c % 4)), m3); }, [&](int c) { return sc.chunk(c); }, sumi);
-        const float xd = fp16(x[i].d), xm = fp16(x[i].dmin);
-        for (int r = 0; r < NR; r++) add_scaled_min(y[r], sumi[r], mn, xd, xm, &acc, &accm);
+        const __m128 dm = fp16_pair(&x[i].d);
+        for (int r = 0; r < NR; r++) add_scaled_min(y[r], sumi[r], mn, dm, &acc, &accm);
     }
     *s = hsum(acc) - hsum(accm);
 }
@@ -233,8 +235,8 @@ void dot_q45_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow)
         __m256i sumi[NR];
         for (int r = 0; r < NR; r++) sumi[r] = _mm256_setzero_si256();
         dot_chunks<NR>(y, u, [&](int c) { return sc.chunk(c); }, sumi);
-        const float xd = fp16(x[i].d), xm = fp16(x[i].dmin);
-        for (int r = 0; r < NR; r++) add_scaled_min(y[r], sumi[r], mn, xd, xm, &acc, &accm);
+        const __m128 dm = fp16_pair(&x[i].d);
+        for (int r = 0; r < NR; r++) add_scaled_min(y[r], sumi[r], mn, dm, &acc, &accm);
     }
     *s = hsum(acc) - hsum(accm);
 }

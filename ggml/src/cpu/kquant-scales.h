@@ -1,5 +1,6 @@
-// The packed sub-block scales of the K-quants, unpacked in vector registers
-// (scalar unpacking and inserts cost more than a superblock's dot products).
+// The packed sub-block scales of the K-quants and their d / dmin, unpacked in
+// vector registers (scalar unpacking and inserts cost more than a
+// superblock's dot products).
 // Shared by the AVX2 and AVX-512 kernels (both files are compiled with AVX2).
 // Internal linkage: each file keeps its own copy, compiled for its own ISA (an
 // inline function merged across the two could run AVX-512 code on an AVX2 CPU).
@@ -41,6 +42,15 @@ inline __m128i scales_q45(const uint8_t *p) {
     const __m128i hi = _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0)), 2),
                                      _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
     return _mm_or_si128(lo, hi);
+}
+
+// A superblock's d and dmin (adjacent fp16) as floats 0 and 1, from one 4-byte
+// load and one conversion: two word inserts and two conversions per
+// superblock cost (AVX-512) as many vector uops as a row's dot products.
+inline __m128 fp16_pair(const uint16_t *p) {
+    int v;
+    memcpy(&v, p, 4);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128(v));
 }
 
 }  // namespace

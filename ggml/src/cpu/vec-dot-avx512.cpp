@@ -167,11 +167,13 @@ inline __m512i dot_regs(const block_q8_K *y, const __m512i *u, const __m512i *sc
 }
 
 // One activation row's part of a superblock with scales and mins (q2_K,
-// q4_K, q5_K): d dy sumi into acc, dmin dy (mins . bsums) into accm.
-inline void add_scaled_min(const block_q8_K *y, __m512i sumi, __m256i mn, float xd, float xm, __m512 *acc, __m256 *accm) {
+// q4_K, q5_K): d dy sumi into acc, dmin dy (mins . bsums) into accm, with dm
+// = (d, dmin) from fp16_pair.
+inline void add_scaled_min(const block_q8_K *y, __m512i sumi, __m256i mn, __m128 dm, __m512 *acc, __m256 *accm) {
     const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mn);
-    *acc = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), *acc);
-    *accm = _mm256_fmadd_ps(_mm256_set1_ps(y->d * xm), _mm256_cvtepi32_ps(mins), *accm);
+    const __m128 s = _mm_mul_ps(dm, _mm_set1_ps(y->d));
+    *acc = _mm512_fmadd_ps(_mm512_broadcastss_ps(s), _mm512_cvtepi32_ps(sumi), *acc);
+    *accm = _mm256_fmadd_ps(_mm256_permutexvar_ps(_mm256_set1_epi32(1), _mm256_castps128_ps256(s)), _mm256_cvtepi32_ps(mins), *accm);
 }
 
 // q2_K / q3_K register m holds elements 64m .. 64m + 63 in order, so the
@@ -208,11 +210,11 @@ void dot_q2_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
             u[m] = quants_2bit(x[i].qs, m, sh[m]);
             scm[m] = _mm512_permutexvar_epi16(idx[m], sc);
         }
-        const float xd = fp16(x[i].d), xm = fp16(x[i].dmin);
+        const __m128 dm = fp16_pair(&x[i].d);
         for (int r = 0; r < NR; r++) {
             const block_q8_K *y = act_row<NR>(vy, vrow, r) + i;
             const __m512i sumi = dot_regs(y, u, scm, _mm512_setzero_si512());
-            add_scaled_min(y, sumi, mn, xd, xm, &acc, &accm);
+            add_scaled_min(y, sumi, mn, dm, &acc, &accm);
         }
     }
     *s = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(accm));
@@ -258,12 +260,12 @@ __attribute__((target("avx512vbmi"))) void dot_q2_K_vbmi(int64_t n, float *s, co
             const __m512i ix = _mm512_ternarylogic_epi32(_mm512_srlv_epi16(q, sh[m]), three, base[m], 0xEA);  // (a & b) | c
             w[m] = _mm512_permutexvar_epi8(ix, table);
         }
-        const float xd = fp16(x[i].d), xm = fp16(x[i].dmin);
+        const __m128 dm = fp16_pair(&x[i].d);
         for (int r = 0; r < NR; r++) {
             const block_q8_K *y = act_row<NR>(vy, vrow, r) + i;
             __m512i sumi = _mm512_setzero_si512();
             for (int m = 0; m < 4; m++) sumi = _mm512_dpbusd_epi32(sumi, w[m], _mm512_loadu_si512(y->qs + 64 * m));
-            add_scaled_min(y, sumi, mn, xd, xm, &acc, &accm);
+            add_scaled_min(y, sumi, mn, dm, &acc, &accm);
         }
     }
     *s = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(accm));
@@ -352,11 +354,11 @@ void dot_q45_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow)
             }
         }
         for (int k = 0; k < 4; k++) scr[k] = _mm512_permutexvar_epi16(idx[k], sc);
-        const float xd = fp16(x[i].d), xm = fp16(x[i].dmin);
+        const __m128 dm = fp16_pair(&x[i].d);
         for (int r = 0; r < NR; r++) {
             const block_q8_K *y = act_row<NR>(vy, vrow, r) + i;
             const __m512i sumi = dot_regs(y, u, scr, _mm512_setzero_si512());
-            add_scaled_min(y, sumi, mn, xd, xm, &acc, &accm);  // mn[j]: sub-block j / 2's min, against bsums[j]
+            add_scaled_min(y, sumi, mn, dm, &acc, &accm);  // mn[j]: sub-block j / 2's min, against bsums[j]
         }
     }
     *s = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(accm));
