@@ -1,7 +1,10 @@
 // The CUDA backend's weight formats (ggml/src/cuda/cuda-common.cuh: element e
 // of a row, the code every CUDA kernel dequantizes with) against the CPU's
-// dequantizers, bit for bit, for every type the backend supports. Host code
-// of the same functions: runs wherever the CUDA build does, GPU or not.
+// dequantizers, bit for bit, for every type the backend supports; and the
+// 8-element groups of the fast path (groups.cuh: d * q + mn at the group's
+// positions) against the elements. Host code of the same functions: runs
+// wherever the CUDA build does, GPU or not.
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -9,6 +12,7 @@
 #include <vector>
 
 #include "cuda-common.cuh"
+#include "groups.cuh"
 #include "ggml-cpu.h"
 
 static int g_fail = 0;
@@ -42,6 +46,29 @@ static void check(ggml_type t) {
         }
     }
     if (bad) g_fail++;
+    if constexpr (pcuda::g8_of<W>::ok) {  // every group of every row against the element path
+        using G = pcuda::g8_of<W>;
+        int gbad = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            const char *row = (const char *)q.data() + r * ggml_row_size(t, K);
+            for (int64_t gi = 0; gi < K / 8; gi++) {
+                const int64_t blk = gi / G::G;
+                const int s = (int)(gi % G::G);
+                float v[8], d = 1.0f, mn = 0.0f;
+                G::group((const uint8_t *)row + blk * G::GB, s, v, d, mn);
+                const int64_t p0 = blk * G::QKG + (G::HALF == 16 ? 4 * s : 8 * s);
+                for (int i = 0; i < 8; i++) {
+                    const int64_t e = p0 + (i < 4 ? i : G::HALF + i - 4);
+                    const double got = (G::SCALE ? (double)d * v[i] : v[i]) + (G::MIN ? mn : 0.0);
+                    const double want = pcuda::load_w<W>(row, e);
+                    if (fabs(got - want) > 1e-6 * (fabs(want) + fabs(d) + fabs(mn)) && gbad++ < 3)
+                        fprintf(stderr, "FAIL %s row %lld group %lld element %lld: group %.9g, element %.9g\n", ggml_type_name(t),
+                                (long long)r, (long long)gi, (long long)e, got, want);
+                }
+            }
+        }
+        if (gbad) g_fail++;
+    }
 }
 
 int main() {

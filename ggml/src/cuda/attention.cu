@@ -18,7 +18,7 @@
 namespace pcuda {
 namespace {
 
-constexpr int CHUNK = 256;    // positions per partial block
+constexpr int CHUNK = 64;     // positions per partial block (a short context still fills the device)
 constexpr int THREADS = 128;  // 4 warps
 constexpr int MAX_HD = 256;
 

@@ -1,34 +1,41 @@
 // Mat-vec (decoding: up to MATVEC_MAX_T columns of b): dst[m, t] = a_m · b_t
 // over the planes (a broadcast over dims 2, 3 as i2 / r2, i3 / r3). One warp
-// per weight row (row-dot.cuh: weights dequantized in registers, FP32
+// per two weight rows (row-dot.cuh: weights dequantized in registers, FP32
 // activations -- at least --precision high --, a fixed reduction order). One
-// template for every weight format (cuda-common.cuh).
+// template for every weight format (cuda-common.cuh, groups.cuh).
 #include "ops.cuh"
 #include "row-dot.cuh"
 
 namespace pcuda {
 namespace {
 
-constexpr int WARPS = 4;  // warps (rows) per block
+constexpr int WARPS = 4;  // warps per block
+constexpr int ROWS = 2;   // rows per warp: the activations are read once for both
 
 template <class W, int NT>
 __global__ void mat_vec_kernel(view dst, view a, view b, int64_t r2, int64_t r3) {
-    const int64_t m = (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
+    const int64_t m0 = ((int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5)) * ROWS;
     const int64_t i2 = blockIdx.y % dst.ne[2], i3 = blockIdx.y / dst.ne[2];
-    if (m >= dst.ne[0]) return;  // the whole warp: m is per warp
-    const char *row = a.data + m * a.nb[1] + (i2 / r2) * a.nb[2] + (i3 / r3) * a.nb[3];
+    if (m0 >= dst.ne[0]) return;  // the whole warp: m0 is per warp
+    const char *base = a.data + (i2 / r2) * a.nb[2] + (i3 / r3) * a.nb[3];
+    const char *rows[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) rows[r] = base + min(m0 + r, dst.ne[0] - 1) * a.nb[1];  // a last odd row: computed twice, written once
     const int nt = (int)dst.ne[1];
-    float acc[NT];
-    warp_row_dots<W, NT>(row, a.ne[0], b.data + i2 * b.nb[2] + i3 * b.nb[3], b.nb[0], b.nb[1], nt, acc);
+    float acc[ROWS][NT];
+    warp_rows_dots<W, NT, ROWS>(rows, a.nb[1], a.ne[0], b.data + i2 * b.nb[2] + i3 * b.nb[3], b.nb[0], b.nb[1], nt, acc);
     if ((threadIdx.x & 31) == 0)
 #pragma unroll
-        for (int t = 0; t < NT; t++)
-            if (t < nt) *(float *)(dst.data + m * dst.nb[0] + t * dst.nb[1] + i2 * dst.nb[2] + i3 * dst.nb[3]) = acc[t];
+        for (int r = 0; r < ROWS; r++)
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                if (t < nt && m0 + r < dst.ne[0])
+                    *(float *)(dst.data + (m0 + r) * dst.nb[0] + t * dst.nb[1] + i2 * dst.nb[2] + i3 * dst.nb[3]) = acc[r][t];
 }
 
 template <class W>
 void launch(context &c, view d, view a, view b, int64_t r2, int64_t r3, int64_t M, int64_t planes, int nt) {
-    const dim3 grid(blocks_for(M, WARPS), (unsigned)planes);
+    const dim3 grid(blocks_for(M, WARPS * ROWS), (unsigned)planes);
     // one instance per small column count keeps the accumulators in registers
     if (nt == 1) mat_vec_kernel<W, 1><<<grid, 32 * WARPS, 0, c.compute>>>(d, a, b, r2, r3);
     else if (nt == 2) mat_vec_kernel<W, 2><<<grid, 32 * WARPS, 0, c.compute>>>(d, a, b, r2, r3);

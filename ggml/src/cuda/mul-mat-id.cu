@@ -31,7 +31,7 @@ __global__ void mul_mat_id_kernel(view dst, view as, view b, view ids, view mask
     const char *row = as.data + e * as.nb[2] + m * as.nb[1];
     const char *x = b.data + (s % b.ne[1]) * b.nb[1] + t * b.nb[2];
     float acc[1];
-    warp_row_dots<W, 1>(row, as.ne[0], x, b.nb[0], 0, 1, acc);
+    warp_row_dots<W, 1>(row, as.nb[1], as.ne[0], x, b.nb[0], 0, 1, acc);
     if ((threadIdx.x & 31) == 0) *y = acc[0];
 }
 

@@ -7,10 +7,13 @@
 //                        in row order over a mostly-active range (the dense-prefix
 //                        variant), else over the active ids of the list ∩ [b, e)
 //                        (found by binary search of the sorted list).
-//   SPARSE_DOWN          output-stationary over ffn_down_t: a thread owns an
-//                        output element and walks the active ids in ascending
-//                        order: every element is summed in the same order on
-//                        every run, without atomics.
+//   SPARSE_DOWN          output-stationary over ffn_down_t: a thread owns 8
+//                        outputs (a group, groups.cuh) and walks one chunk of
+//                        the active ids in ascending order; the chunks' partial
+//                        sums are added in chunk order (the element path for
+//                        other shapes: a thread per output, all ids). Every
+//                        element is summed in the same order on every run,
+//                        without atomics.
 //   SPARSE_FFN           the fused bundle FFN: per active neuron a warp forms
 //                        act(gate·x) · up'(up·x) into scratch, then the down
 //                        part as SPARSE_DOWN over the bundle's down_t rows.
@@ -93,8 +96,8 @@ __device__ list_range read_list(const view &idx, int b, int e) {
 
 // A warp's dots of one weight row with up to MATVEC_MAX_T columns of x (lane 0's out is used).
 template <class W>
-__device__ void row_dots(const char *row, const view &x, int nt, float *out) {
-    warp_row_dots<W, MATVEC_MAX_T>(row, x.ne[0], x.data, x.nb[0], x.nb[1], nt, out);
+__device__ void row_dots(const char *row, int64_t nb1, const view &x, int nt, float *out) {
+    warp_row_dots<W, MATVEC_MAX_T>(row, nb1, x.ne[0], x.data, x.nb[0], x.nb[1], nt, out);
 }
 
 constexpr int WARPS = 4;
@@ -123,7 +126,7 @@ __device__ void row_out(const view &y, const view &w, const view &x, int64_t id,
             if (!zero) {
                 view xt = x;
                 xt.data += t0 * x.nb[1];
-                row_dots<W>(row, xt, nt, d);
+                row_dots<W>(row, w.nb[1], xt, nt, d);
             }
             if ((threadIdx.x & 31) == 0)
                 for (int t = 0; t < nt; t++) *(float *)(y.data + id * y.nb[0] + (t0 + t) * y.nb[1] + j * y.nb[2]) = zero ? 0.0f : d[t];
@@ -172,6 +175,114 @@ __global__ void down_kernel(view y, view wt, int64_t row0, int64_t stride, const
     }
 }
 
+// The group path of the same sum (groups.cuh): thread i owns the 8 outputs of
+// group i of a down_t row, and the range's ids are split into P chunks in
+// list order (blockIdx.y), so the device fills up even when the outputs are
+// few. Chunk c writes its partial sums to part[c, t, :]; down_reduce adds
+// the P partials in chunk order: a fixed order on every run, no atomics.
+template <class W, int NT>
+__global__ void down_g8_kernel(float *part, int P, view wt, int64_t row0, int64_t stride, const char *h, int64_t h_nb1, bool h_pos,
+                               view idx, int b, int e, int64_t D, int64_t T) {
+    using G = g8_of<W>;
+    const int64_t gi = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (gi >= D / 8) return;
+    const int c = (int)blockIdx.y;
+    const list_range l = read_list(idx, b, e);
+    const int64_t n = l.hi - l.lo;
+    const int p_beg = l.lo + (int)(n * c / P), p_end = l.lo + (int)(n * (c + 1) / P);
+    const int64_t blk = gi / G::G;
+    const int s = (int)(gi % G::G);
+    const int64_t p0 = blk * G::QKG + (G::HALF == 16 ? 4 * s : 8 * s);
+    const char *wblk = wt.data + row0 * wt.nb[1] + blk * G::GB;
+    for (int64_t t0 = 0; t0 < T; t0 += NT) {
+        const int nt = (int)min((int64_t)NT, T - t0);
+        float acc[NT][8];
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+#pragma unroll
+            for (int i = 0; i < 8; i++) acc[t][i] = 0.0f;
+#pragma unroll 4
+        for (int p = p_beg; p < p_end; p++) {
+            const int64_t id = l.ids[p];
+            float q[8], d = 1.0f, mn = 0.0f;
+            G::group((const uint8_t *)wblk + stride * id * wt.nb[1], s, q, d, mn);
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                if constexpr (G::MIN) q[i] = fmaf(d, q[i], mn);
+                else if constexpr (G::SCALE) q[i] = d * q[i];
+            }
+            const char *hc = h + (h_pos ? (int64_t)p : id) * (int64_t)sizeof(float) + t0 * h_nb1;
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t >= nt) break;
+                const float hv = *(const float *)(hc + t * h_nb1);
+#pragma unroll
+                for (int i = 0; i < 8; i++) acc[t][i] = fmaf(hv, q[i], acc[t][i]);
+            }
+        }
+        for (int t = 0; t < nt; t++) {
+            float *o = part + ((int64_t)c * T + t0 + t) * D + p0;
+            *(float4 *)o = make_float4(acc[t][0], acc[t][1], acc[t][2], acc[t][3]);
+            *(float4 *)(o + G::HALF) = make_float4(acc[t][4], acc[t][5], acc[t][6], acc[t][7]);
+        }
+    }
+}
+
+__global__ void down_reduce_kernel(view y, const float *part, int P, int64_t D, int64_t T) {
+    const int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= D * T) return;
+    const int64_t j = k % D, t = k / D;
+    float sum = 0.0f;
+    for (int c = 0; c < P; c++) sum += part[((int64_t)c * T + t) * D + j];
+    *(float *)(y.data + j * y.nb[0] + t * y.nb[1]) = sum;
+}
+
+// Chunks of the group path for a range of n ids, T columns and D outputs: about
+// 16 ids a chunk, at most 128 chunks and 16 MiB of partial sums.
+int down_chunks(int64_t n, int64_t T, int64_t D) {
+    int64_t P = std::min<int64_t>(128, std::max<int64_t>(1, (n + 15) / 16));
+    const int64_t cap = ((int64_t)16 << 20) / std::max<int64_t>(1, T * D * (int64_t)sizeof(float));
+    return (int)std::max<int64_t>(1, std::min(P, cap));
+}
+size_t down_part_bytes(int P, int64_t T, int64_t D) { return ((size_t)P * T * D * sizeof(float) + 255) / 256 * 256; }
+
+// Whether the down rows of wt (D elements each) take the group path.
+bool down_g8(const ggml_tensor *wt, int64_t D) {
+    bool ok = false;
+    with_format(wt->type, [&](auto f) { ok = g8_fits<decltype(f)>(wt->data, D, (int64_t)wt->nb[1]); });
+    return ok && D % 8 == 0;
+}
+
+// SPARSE_FFN's per-neuron activations h [cap, T] (256-byte aligned; the partial sums follow).
+size_t ffn_h_bytes(const ggml_tensor *dst) {
+    return ((size_t)(dst->src[2]->ne[0] - 1) * (size_t)dst->src[1]->ne[1] * sizeof(float) + 255) / 256 * 256;
+}
+
+// y = the down sum over [b, e): the group path (with its partials in part) or the element kernel.
+template <class W>
+bool launch_down(context &c, float *part, const ggml_tensor *dst, const ggml_tensor *wt, int64_t row0, int64_t stride, const char *h,
+                 int64_t h_nb1, bool h_pos, const ggml_tensor *idx, int b, int e, int64_t n_range) {
+    const int64_t D = dst->ne[0], T = dst->ne[1];
+    if (!part) {
+        down_kernel<W><<<blocks_for(D, 128), 128, 0, c.compute>>>(view_of(dst), view_of(wt), row0, stride, h, h_nb1, h_pos, view_of(idx), b,
+                                                                  e);
+        return launched("sparse down");
+    }
+    if constexpr (g8_of<W>::ok) {
+        const int P = down_chunks(n_range, T, D);
+        const dim3 grid(blocks_for(D / 8, 128), (unsigned)P);
+        if (T == 1)
+            down_g8_kernel<W, 1><<<grid, 128, 0, c.compute>>>(part, P, view_of(wt), row0, stride, h, h_nb1, h_pos, view_of(idx), b, e, D, T);
+        else
+            down_g8_kernel<W, MATVEC_MAX_T><<<grid, 128, 0, c.compute>>>(part, P, view_of(wt), row0, stride, h, h_nb1, h_pos, view_of(idx), b,
+                                                                         e, D, T);
+        if (!launched("sparse down (groups)")) return false;
+        down_reduce_kernel<<<blocks_for(D * T, 256), 256, 0, c.compute>>>(view_of(dst), part, P, D, T);
+        return launched("sparse down (sum)");
+    }
+    return false;
+}
+
 __device__ __forceinline__ float act_of(int act, float v) {
     if (act == GGML_OP_REGLU) return v > 0.0f ? v : 0.0f;
     if (act == GGML_OP_GEGLU) {
@@ -189,13 +300,13 @@ __global__ void ffn_act_kernel(float *h, int64_t cap, view w, view x, view idx, 
     if (p >= l.hi) return;
     const int64_t id = l.ids[p];
     const int nt = (int)x.ne[1];
-    float g[MATVEC_MAX_T], u[MATVEC_MAX_T];
-    row_dots<W>(w.data + (3 * id) * w.nb[1], x, nt, g);
-    row_dots<W>(w.data + (3 * id + 1) * w.nb[1], x, nt, u);
+    const char *rows[2] = {w.data + (3 * id) * w.nb[1], w.data + (3 * id + 1) * w.nb[1]};  // gate, up: x read once
+    float gu[2][MATVEC_MAX_T];
+    warp_rows_dots<W, MATVEC_MAX_T, 2>(rows, w.nb[1], x.ne[0], x.data, x.nb[0], x.nb[1], nt, gu);
     if ((threadIdx.x & 31) == 0)
         for (int t = 0; t < nt; t++) {
-            const float up = relu_up ? (u[t] > 0.0f ? u[t] : 0.0f) : u[t];
-            h[t * cap + p] = __fmul_rn(act_of(act, g[t]), up);
+            const float up = relu_up ? (gu[1][t] > 0.0f ? gu[1][t] : 0.0f) : gu[1][t];
+            h[t * cap + p] = __fmul_rn(act_of(act, gu[0][t]), up);
         }
 }
 
@@ -225,11 +336,17 @@ int down(context &c, ggml_tensor *dst) {
     const ggml_tensor *wt = dst->src[0], *h = dst->src[1], *idx = dst->src[2];
     const int b = dst->op_params[0], e = dst->op_params[1];
     if (dst->ne[0] == 0 || dst->ne[1] == 0) return 0;
+    const int64_t n_range = std::min<int64_t>(std::max(e - b, 0), idx->ne[0] - 1);
+    float *part = nullptr;
+    if (down_g8(wt, dst->ne[0])) {
+        part = (float *)scratch(c, op_scratch_bytes(dst));
+        if (!part) return 1;
+    }
+    bool ok = false;
     with_format(wt->type, [&](auto f) {
-        down_kernel<decltype(f)><<<blocks_for(dst->ne[0], 128), 128, 0, c.compute>>>(view_of(dst), view_of(wt), 0, 1, (const char *)h->data,
-                                                                                      (int64_t)h->nb[1], false, view_of(idx), b, e);
+        ok = launch_down<decltype(f)>(c, part, dst, wt, 0, 1, (const char *)h->data, (int64_t)h->nb[1], false, idx, b, e, n_range);
     });
-    return launched("sparse_down") ? 0 : 1;
+    return ok ? 0 : 1;
 }
 
 int ffn(context &c, ggml_tensor *dst) {
@@ -238,10 +355,11 @@ int ffn(context &c, ggml_tensor *dst) {
     const bool relu_up = dst->op_params[3] != 0;
     const int64_t cap = idx->ne[0] - 1;  // list positions: h is indexed by position
     if (dst->ne[0] == 0 || dst->ne[1] == 0) return 0;
-    const size_t bytes = op_scratch_bytes(dst);
-    float *h = bytes ? (float *)scratch(c, bytes) : nullptr;
-    if (bytes && !h) return 1;
-    const int64_t in_range = std::min<int64_t>(e - b, cap);
+    const size_t bytes = op_scratch_bytes(dst), h_bytes = ffn_h_bytes(dst);
+    char *work = bytes ? (char *)scratch(c, bytes) : nullptr;
+    if (bytes && !work) return 1;
+    float *h = (float *)work, *part = bytes > h_bytes ? (float *)(work + h_bytes) : nullptr;
+    const int64_t in_range = std::min<int64_t>(std::max(e - b, 0), cap);
     bool ok = true;
     with_format(w->type, [&](auto f) {
         using W = decltype(f);
@@ -250,11 +368,9 @@ int ffn(context &c, ggml_tensor *dst) {
                                                                                         act, relu_up);
             ok = launched("sparse_ffn act");
         }
-        if (ok)
-            down_kernel<W><<<blocks_for(dst->ne[0], 128), 128, 0, c.compute>>>(view_of(dst), view_of(w), 2, 3, (const char *)h,
-                                                                               cap * (int64_t)sizeof(float), true, view_of(idx), b, e);
+        if (ok) ok = launch_down<W>(c, part, dst, w, 2, 3, (const char *)h, cap * (int64_t)sizeof(float), true, idx, b, e, in_range);
     });
-    return ok && launched("sparse_ffn down") ? 0 : 1;
+    return ok ? 0 : 1;
 }
 
 }  // namespace
@@ -262,8 +378,11 @@ int ffn(context &c, ggml_tensor *dst) {
 size_t op_scratch_bytes(const ggml_tensor *dst) {
     if (dst->op == GGML_OP_MUL_MAT && dst->src[1]->ne[1] > MATVEC_MAX_T)  // mat-mat: a scale per column of b
         return (size_t)(dst->ne[1] * dst->ne[2] * dst->ne[3]) * sizeof(float);
-    if (dst->op != GGML_OP_SPARSE_FFN) return 0;
-    return (size_t)(dst->src[2]->ne[0] - 1) * (size_t)dst->src[1]->ne[1] * sizeof(float);
+    if (dst->op != GGML_OP_SPARSE_FFN && dst->op != GGML_OP_SPARSE_DOWN) return 0;
+    const ggml_tensor *w = dst->src[0], *idx = dst->src[2];
+    const int64_t n_range = std::min<int64_t>(std::max(dst->op_params[1] - dst->op_params[0], 0), idx->ne[0] - 1);
+    const size_t part = down_g8(w, dst->ne[0]) ? down_part_bytes(down_chunks(n_range, dst->ne[1], dst->ne[0]), dst->ne[1], dst->ne[0]) : 0;
+    return (dst->op == GGML_OP_SPARSE_FFN ? ffn_h_bytes(dst) : 0) + part;
 }
 
 int op_sparse(context &c, ggml_tensor *dst) {
