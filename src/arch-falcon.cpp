@@ -99,9 +99,9 @@ static ggml_tensor *falcon_graph(ggml_context *ctx, ggml_cgraph *gf, const model
         ggml_tensor *ffn = build_ffn(ctx, gf, in, m, (int)il, mlp_in);
         x = ggml_add(ctx, x, ggml_add(ctx, ggml_mul_mat(ctx, l.wo, cur), ffn));
     }
-    x = build_layers_end(ctx, in, x);
-    x = build_norm(ctx, x, m.output_norm, m.output_norm_b, hp.norm_eps, false);
-    return ggml_mul_mat(ctx, m.output, x);
+    const model_head h = build_head_begin(ctx, in, m, &x);
+    x = build_norm(ctx, x, h.output_norm, h.output_norm_b, hp.norm_eps, false);
+    return build_layers_end(ctx, in, ggml_mul_mat(ctx, h.output, x));
 }
 
 extern const arch_impl arch_falcon = {"falcon", falcon_hparams, falcon_tensors, falcon_graph};

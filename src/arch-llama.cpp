@@ -218,9 +218,9 @@ ggml_tensor *llama_like_graph(ggml_context *ctx, ggml_cgraph *gf, const model &m
         if (l.ffn_post_norm) cur = build_norm(ctx, cur, l.ffn_post_norm, nullptr, hp.norm_eps, true);
         x = ggml_add(ctx, x, cur);
     }
-    x = build_layers_end(ctx, in, x);
-    x = build_norm(ctx, x, m.output_norm, nullptr, hp.norm_eps, true);
-    return build_softcap(ctx, ggml_mul_mat(ctx, m.output, x), hp.final_softcap);
+    const model_head h = build_head_begin(ctx, in, m, &x);
+    x = build_norm(ctx, x, h.output_norm, nullptr, hp.norm_eps, true);
+    return build_layers_end(ctx, in, build_softcap(ctx, ggml_mul_mat(ctx, h.output, x), hp.final_softcap));
 }
 
 namespace {

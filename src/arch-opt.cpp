@@ -102,10 +102,10 @@ static ggml_tensor *opt_graph(ggml_context *ctx, ggml_cgraph *gf, const model &m
         x = ggml_add(ctx, x, cur);
         if (!pre) x = norm(x, l.ffn_norm, l.ffn_norm_b);
     }
-    x = build_layers_end(ctx, in, x);
-    if (m.output_norm) x = norm(x, m.output_norm, m.output_norm_b);
-    if (m.proj_out) x = ggml_mul_mat(ctx, m.proj_out, x);
-    return ggml_mul_mat(ctx, m.output, x);
+    const model_head h = build_head_begin(ctx, in, m, &x);
+    if (h.output_norm) x = norm(x, h.output_norm, h.output_norm_b);
+    if (h.proj_out) x = ggml_mul_mat(ctx, h.proj_out, x);
+    return build_layers_end(ctx, in, ggml_mul_mat(ctx, h.output, x));
 }
 
 extern const arch_impl arch_opt = {"opt", opt_hparams, opt_tensors, opt_graph};

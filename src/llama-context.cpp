@@ -100,6 +100,7 @@ context::context(const model &m, context_params p) : model_(m), params_(p) {
         r.mode = ffn_.mode;
         r.bundles = pred && !ffn_.bundles.empty();
         r.whole_layers = p.offload_layers;
+        r.head = !params_.embeddings;  // embeddings end before the output matrix
         plan_ = make_hybrid_plan(m, r);  // throws when the budget exceeds the device
         notice_ = plan_.notice;
         if (plan_.any() && device == "cuda") {

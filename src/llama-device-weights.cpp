@@ -46,6 +46,13 @@ void for_each_item(const model &m, uint32_t il, int64_t k, const ffn_bundle *hb,
     if (l.ffn_down_t) f({l.ffn_down_t, cut::ROWS, k, at(&layer_weights::ffn_down_t)});
 }
 
+// The output head's items (whole tensors; a tied output matrix is copied too).
+void for_each_head_item(const model &m, model_head *dh, const std::function<void(const item &)> &f) {
+    const model_head h = m.head();
+    for (ggml_tensor *model_head::*fld : {&model_head::output_norm, &model_head::output_norm_b, &model_head::proj_out, &model_head::output})
+        if (h.*fld) f({h.*fld, cut::WHOLE, 0, dh ? &(dh->*fld) : nullptr});
+}
+
 size_t item_bytes(const item &it) {
     const ggml_tensor *t = it.host;
     switch (it.how) {
@@ -77,6 +84,12 @@ uint64_t device_layer_bytes(const model &m, uint32_t il, int64_t k, bool bundle,
     return b;
 }
 
+uint64_t device_head_bytes(const model &m) {
+    uint64_t b = 0;
+    for_each_head_item(m, nullptr, [&](const item &it) { b += pad(item_bytes(it)); });
+    return b;
+}
+
 device_weights::device_weights(const model &m, const hybrid_plan &p, ggml_backend_t be,
                                const std::vector<ffn_bundle> &host_bundles) {
     const uint32_t L = m.hp.n_layer;
@@ -90,6 +103,7 @@ device_weights::device_weights(const model &m, const hybrid_plan &p, ggml_backen
         for_each_item(m, il, p.layers[il].k, hb, true, &layers_[il], &bundles_[il], [&](const item &it) { items.push_back(it); });
         if (hb) bundles_[il].rows = hb->rows;
     }
+    if (p.head_on_device) for_each_head_item(m, &head_, [&](const item &it) { items.push_back(it); });
     ggml_init_params ip = {(items.size() + 4 * L + 8) * ggml_tensor_overhead(), nullptr, true};
     ctx_ = ggml_init(ip);
     if (!ctx_) throw std::runtime_error("out of memory for the device weight headers");

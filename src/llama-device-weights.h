@@ -17,6 +17,8 @@ namespace pinfer {
 // Bytes of the device copies of layer il: its attention part (attn) and an
 // FFN prefix of k neurons (with the bundle when bundle is set).
 uint64_t device_layer_bytes(const model &m, uint32_t il, int64_t k, bool bundle, bool attn);
+// Bytes of the device copy of the output head.
+uint64_t device_head_bytes(const model &m);
 
 class device_weights {
 public:
@@ -31,6 +33,8 @@ public:
     // FFN tensors hold the neurons [0, k).
     const layer_weights &layer(uint32_t il) const { return layers_[il]; }
     const ffn_bundle *bundle(uint32_t il) const { return bundles_[il].w ? &bundles_[il] : nullptr; }
+    // The device copy of the output head (fields null unless the plan puts it there).
+    const model_head &head() const { return head_; }
     uint64_t bytes() const;
 
 private:
@@ -38,6 +42,7 @@ private:
     ggml_backend_buffer_t buf_ = nullptr;
     std::vector<layer_weights> layers_;
     std::vector<ffn_bundle> bundles_;
+    model_head head_;
 };
 
 }  // namespace pinfer

@@ -93,6 +93,13 @@ ggml_tensor *build_layers_end(ggml_context *ctx, const graph_inputs &in, ggml_te
     return in.dev ? move_to(ctx, in, x, nullptr) : x;
 }
 
+model_head build_head_begin(ggml_context *ctx, const graph_inputs &in, const model &m, ggml_tensor **x) {
+    if (!in.dev) return m.head();
+    const bool dev = in.dev->plan->head_on_device;
+    *x = move_to(ctx, in, *x, dev ? in.dev->be : nullptr);
+    return dev ? in.dev->w->head() : m.head();
+}
+
 static ggml_tensor *input_here(ggml_context *ctx, ggml_tensor *host, ggml_tensor **dev) {
     ggml_backend *be = ggml_get_backend(ctx);
     if (!be || ggml_backend_is_cpu(be)) return host;

@@ -10,6 +10,7 @@ namespace pinfer {
 struct hybrid_plan;
 class device_weights;
 struct layer_weights;
+struct model_head;
 
 // The device a context's plan puts layers on (shared/HYBRID.md).
 struct graph_device {
@@ -25,6 +26,10 @@ struct graph_device {
 // begins with it; build_layers_end moves the hidden state back for the output.
 const layer_weights &build_layer_begin(ggml_context *ctx, const graph_inputs &in, const model &m, int il, ggml_tensor **x);
 ggml_tensor *build_layers_end(ggml_context *ctx, const graph_inputs &in, ggml_tensor *x);
+// Starts the output head: *x moves to the side the plan runs the head on, and
+// the returned weights are that side's; the logits come back to the host
+// through build_layers_end.
+model_head build_head_begin(ggml_context *ctx, const graph_inputs &in, const model &m, ggml_tensor **x);
 // in.pos / in.kq_mask (swa: a windowed layer's) on the side the context builds for.
 ggml_tensor *graph_pos(ggml_context *ctx, const graph_inputs &in);
 ggml_tensor *graph_kq_mask(ggml_context *ctx, const graph_inputs &in, bool swa = false);

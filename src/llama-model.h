@@ -79,6 +79,12 @@ struct sparse_meta {
     bool gpuidx_prefix = false;
 };
 
+// The output head: final norm, projection (opt-350m) and output matrix; a
+// plan may put a copy on the device (device_weights::head).
+struct model_head {
+    ggml_tensor *output_norm = nullptr, *output_norm_b = nullptr, *proj_out = nullptr, *output = nullptr;
+};
+
 struct model {
     hparams hp;
     const arch_impl *arch = nullptr;
@@ -97,6 +103,7 @@ struct model {
     ggml_tensor *rope_freqs = nullptr, *rope_short = nullptr, *rope_long = nullptr;
     std::vector<layer_weights> layers;
     sparse_meta sparse;
+    model_head head() const { return {output_norm, output_norm_b, proj_out, output}; }
     std::string desc;
     std::string chat_template;
     uint64_t n_params = 0;

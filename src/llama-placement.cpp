@@ -131,6 +131,16 @@ hybrid_plan make_hybrid_plan(const model &m, const plan_request &r) {
         p.notice = msg;
     }
 
+    // the output head, with its logits in the compute reserve (a batch's worth)
+    if (r.head && p.n_device_layers == (int)L && (r.n_gpu_layers < 0 || r.n_gpu_layers > (int)L)) {
+        const uint64_t hb = device_head_bytes(m), logits = 4ull * std::max<uint32_t>(1, r.n_batch) * m.hp.n_vocab;
+        if (hb + logits <= left) {
+            left -= hb + logits;
+            p.head_on_device = true;
+            p.head_bytes = hb;
+            p.compute_reserve += logits;
+        }
+    }
     if (moe) {
         if (!p.notice.empty()) p.notice += "; ";
         p.notice += "the mixture-of-experts FFNs stay on the CPU (the device runs attention)";
@@ -220,9 +230,13 @@ std::string describe_plan(const model &m, const hybrid_plan &p) {
         s += line;
         i = j + 1;
     }
-    snprintf(line, sizeof line, "plan: device bytes: attention %.1f MiB, FFN %.1f MiB, KV %.1f MiB, compute reserve %.1f MiB; budget %.1f MiB\n",
-             p.attn_bytes / 1048576.0, p.ffn_bytes / 1048576.0, p.kv_bytes / 1048576.0, p.compute_reserve / 1048576.0,
-             p.budget_bytes / 1048576.0);
+    snprintf(line, sizeof line, "plan:   output head: %s\n", p.head_on_device ? "device" : "CPU");
+    s += line;
+    snprintf(line, sizeof line,
+             "plan: device bytes: attention %.1f MiB, FFN %.1f MiB, KV %.1f MiB, output head %.1f MiB, compute reserve %.1f MiB; "
+             "budget %.1f MiB\n",
+             p.attn_bytes / 1048576.0, p.ffn_bytes / 1048576.0, p.kv_bytes / 1048576.0, p.head_bytes / 1048576.0,
+             p.compute_reserve / 1048576.0, p.budget_bytes / 1048576.0);
     s += line;
     return s;
 }

@@ -46,6 +46,7 @@ struct plan_request {
     sparse_mode mode = sparse_mode::OFF;  // resolved
     bool bundles = false;        // predictor mode keeps a (gate, up, down_t) bundle per layer
     bool whole_layers = false;   // llama.cpp's layer offload: whole layers in order, no neuron split
+    bool head = true;            // the output head may go to the device (not for embeddings)
 };
 
 struct hybrid_plan {
@@ -53,20 +54,23 @@ struct hybrid_plan {
     int n_device_layers = 0;
     placement_kind kind = PLACEMENT_GREEDY;  // where the prefixes came from
     uint64_t budget_bytes = 0;
-    uint64_t attn_bytes = 0, ffn_bytes = 0, kv_bytes = 0;  // on the device
+    bool head_on_device = false;  // the output head (norm, output matrix) runs on the device
+    uint64_t attn_bytes = 0, ffn_bytes = 0, kv_bytes = 0, head_bytes = 0;  // on the device
     uint64_t compute_reserve = 0;  // kept free for the device's compute buffer
     std::string notice;            // why the plan holds less than asked ("" when it holds all)
     bool whole_layers = false;     // made by layer offload
     bool any() const { return n_device_layers > 0; }
-    uint64_t device_total() const { return attn_bytes + ffn_bytes + kv_bytes; }
+    uint64_t device_total() const { return attn_bytes + ffn_bytes + kv_bytes + head_bytes; }
 };
 
 // Neuron-count granularity of a layer's device prefix: its down projection is
 // split between columns, which must fall on block boundaries.
 int64_t prefix_granule(const model &m, uint32_t il);
 
-// Per layer, in layer order: attention (and KV) while it fits and -ngl allows,
-// then the FFN prefixes from the placement section (or a greedy split) in what
+// Per layer, in layer order: attention (and KV) while it fits and -ngl allows;
+// the output head when every layer is there (and -ngl, if given, exceeds the
+// layer count, as in llama.cpp) -- it is read in full every token, worth more
+// per byte than any FFN neuron; then the FFN prefixes from the placement section (or a greedy split) in what
 // is left, rounded down to prefix_granule. Throws std::runtime_error before
 // any allocation when the budget is larger than the device's memory.
 hybrid_plan make_hybrid_plan(const model &m, const plan_request &r);

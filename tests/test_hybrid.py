@@ -111,12 +111,14 @@ def test_prompt_batches_stream_or_compute_cold_rows(models, mode):
 def test_traffic_per_token_is_the_formula(models, mode):
     """Per decoded token: x up once, pos and the mask up; per hybrid layer the
     normalised state (and in predictor mode the list, n + 1 int32) down and the
-    CPU's partial up; x down once at the end. One event wait per hybrid layer
-    plus one for the output, one device sync per token."""
+    CPU's partial up; the logits down once at the end (every layer is on the
+    device, so the output head is too). One event wait per hybrid layer (the
+    CPU waits for nothing at the end: the logits come with the token's device
+    sync), one device sync per token."""
     k = [0, N_FF // 2, N_FF]  # layer 2 keeps its whole FFN: no traffic there
     path = with_placement(models[mode], str(models["dir"] / f"{mode}_traffic.gguf"), k)
     c = context(path, mode, device="sim")
-    d = _core.Model(path).n_embd
+    d, n_vocab = _core.Model(path).n_embd, _core.Model(path).n_vocab
     toks = random_prompt(4, seed=1)
     c.decode(toks)
     c.reset_transfer_stats()
@@ -130,8 +132,8 @@ def test_traffic_per_token_is_the_formula(models, mode):
     n_kv = sum(-(-(len(toks) + i + 1) // 32) * 32 for i in range(n_steps))
     idx = 4 * (N_FF + 1) if mode == "predictor" else 0
     assert st["bytes_h2d"] == n_steps * (4 * d + 4 + 4 * d * hybrid) + 4 * n_kv
-    assert st["bytes_d2h"] == n_steps * (4 * d * hybrid + idx * hybrid + 4 * d)
-    assert st["n_waits"] == n_steps * (hybrid + 1)
+    assert st["bytes_d2h"] == n_steps * (4 * d * hybrid + idx * hybrid + 4 * n_vocab)
+    assert st["n_waits"] == n_steps * hybrid
     assert st["n_syncs"] == n_steps
     assert st["n_copies"] == n_steps * (3 + 2 * hybrid + (hybrid if idx else 0) + 1)
     assert st["bytes_pageable"] == 0  # every copy's host side is the device's pinned memory
@@ -247,6 +249,25 @@ def test_cli_sim_same_text_and_verbose_plan():
     assert bad.returncode != 0 and "larger than the device's memory" in bad.stderr
     ngl = subprocess.run(args + ["-ngl", "4"], capture_output=True, text=True, check=True)
     assert ngl.stdout == cpu.stdout and "notice" in ngl.stderr
+
+
+def test_output_head_on_the_device_when_every_layer_is():
+    """The output head joins the device when all layers are there (and -ngl,
+    if given, exceeds the layer count, as in llama.cpp): the text stays the
+    CPU's either way, and the plan says where the head runs."""
+    cli = find_tool("pinfer-cli")
+    args = [cli, "-p", "It is a truth universally acknowledged", "-n", "16", "--temp", "0"]
+    cpu = subprocess.run(args, capture_output=True, text=True, check=True)
+    n_layer = _core.Model(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models",
+                                       "pinfer-default.gguf")).n_layer
+    for name, extra in {"all": [], "ngl=L+1": ["-ngl", str(n_layer + 1)], "ngl=L": ["-ngl", str(n_layer)]}.items():
+        r = subprocess.run(args + ["--device", "sim", "--verbose"] + extra, capture_output=True, text=True, check=True)
+        assert r.stdout == cpu.stdout, name
+        where = "CPU" if name == "ngl=L" else "device"
+        assert f"output head: {where}" in r.stderr, (name, r.stderr)
+    small = subprocess.run(args + ["--device", "sim", "--vram-budget", "0.024", "--verbose"], capture_output=True, text=True,
+                           check=True)
+    assert small.stdout == cpu.stdout and "output head: CPU" in small.stderr  # the budget holds layers, not the head
 
 
 @pytest.mark.parametrize("device", ["cpu", "sim"])
