@@ -103,16 +103,16 @@ if [ -n "$MODEL" ] && [ -f "$MODEL.ext.gguf" ]; then
     printf '%-26s rc %-3s %8s tok/s  %s\n' "$name" "$rc" "${tps:--}" "$*" | tee -a "$E2E"
   }
   same() { cmp -s "$OUT/e2e-$1.out" "$OUT/e2e-$2.out" && echo "greedy output $1 == $2" || echo "greedy output $1 != $2"; }
-  run cpu-dense --sparse off
-  run gpu-dense --sparse off --device cuda
-  run cpu-pred --sparse predictor
-  run gpu-pred --sparse predictor --device cuda
+  run cpu-dense --sparse off --device cpu
+  run gpu-dense --sparse off --device cuda --verbose
+  run cpu-pred --sparse predictor --device cpu
+  run gpu-pred --sparse predictor --device cuda --verbose
   { same cpu-dense gpu-dense; same cpu-pred gpu-pred; } | tee -a "$E2E"
   for pct in 25 50 75; do
     # the dense part, pct of the FFN, and 256 MiB for KV cache and compute
     gib=$(awk -v o="$OTHER" -v f="$FFN" -v p="$pct" 'BEGIN {printf "%.3f", (o + f * p / 100 + 268435456) / 1073741824}')
-    run "hybrid-$pct%" --sparse predictor --device cuda --vram-budget "$gib"
-    run "layer-offload-$pct%" --sparse off --device cuda --offload layers --vram-budget "$gib"  # whole layers in that budget
+    run "hybrid-$pct%" --sparse predictor --device cuda --vram-budget "$gib" --verbose
+    run "layer-offload-$pct%" --sparse off --device cuda --offload layers --vram-budget "$gib" --verbose  # whole layers in that budget
     same cpu-pred "hybrid-$pct%" | tee -a "$E2E"
   done
   cat "$E2E" >> "$SUMMARY"
