@@ -13,6 +13,9 @@
 #      25 / 50 / 75% of the FFN, and plain layer offload (-ngl, no neuron split) at
 #      the same budgets; CPU threads pinned and capped (PC emulation), the CPU read
 #      bandwidth measured                      -> $OUT/e2e.txt
+#   6. Nsight Compute, where it runs: each kernel's time in a short dense decode on the
+#      device (where a token's time goes), and the Q4_0 mat-vec's throughput,
+#      occupancy and stall reasons                 -> $OUT/kernels.txt
 # Every step has its own time limit, so the whole run stays within ~7 minutes;
 # a failed step is reported and the next one runs. Summary: $OUT/summary.txt.
 #
@@ -116,5 +119,22 @@ if [ -n "$MODEL" ] && [ -f "$MODEL.ext.gguf" ]; then
     same cpu-pred "hybrid-$pct%" | tee -a "$E2E"
   done
   cat "$E2E" >> "$SUMMARY"
+fi
+step "kernels (Nsight Compute)"
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
+if [ -z "$NCU" ]; then
+  note "skip: no ncu"
+elif [ -z "${F:-}" ]; then
+  note "skip: no e2e file"
+else
+  K="$OUT/kernels.txt"
+  # decode steps only (the prompt's kernels skipped); --clock-control none leaves the clocks alone
+  timeout 75 "$NCU" --clock-control none --launch-skip 150 --launch-count 120 --print-summary per-kernel \
+    "$B/pinfer-cli" -m "$F" --device cuda -p "The history of" -n 6 --temp 0 --sparse off -t "$THREADS" > "$K" 2>&1 ||
+    note "ncu per-kernel exit $?"
+  # the micro's Q4_0 mat-vec (the fourth type: 3 graphs x 4 products of each type before it)
+  timeout 60 "$NCU" --clock-control none -k regex:mat_vec_kernel --launch-skip 38 --launch-count 1 --section SpeedOfLight \
+    --section Occupancy --section WarpStateStats "$B/pinfer-gpu-bench" micro --reps 2 >> "$K" 2>&1 || note "ncu mat-vec exit $?"
+  grep -E "Invocations|^ +Duration" "$K" | sed -E 's/ +/ /g' | cut -c1-160 >> "$SUMMARY"
 fi
 note "total $(( $(date +%s) - t_start )) s; results in $OUT"
