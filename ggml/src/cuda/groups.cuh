@@ -110,28 +110,25 @@ PCUDA_HD void ld128(const uint8_t *b, uint32_t *w) {
     memcpy(w, b, 16);
 #endif
 }
-template <>
-struct g8_of<f16_t> {
+// F16 and BF16: a group is one 16-byte load of 8 values.
+template <bool BF>
+struct g8_16bit {
     static constexpr bool ok = true, MIN = false, SCALE = false;
     static constexpr int QKG = 8, GB = 16, G = 1, HALF = 4, ALIGN = 16;
     PCUDA_HD static void group(const uint8_t *b, int, float *q, float &, float &) {
         uint32_t w[4];
         ld128(b, w);
 #pragma unroll
-        for (int k = 0; k < 4; k++) q[2 * k] = fp16((uint16_t)w[k]), q[2 * k + 1] = fp16((uint16_t)(w[k] >> 16));
+        for (int k = 0; k < 8; k++) {
+            const uint16_t h = (uint16_t)(w[k / 2] >> (16 * (k % 2)));
+            q[k] = BF ? bf16(h) : fp16(h);
+        }
     }
 };
 template <>
-struct g8_of<bf16_t> {
-    static constexpr bool ok = true, MIN = false, SCALE = false;
-    static constexpr int QKG = 8, GB = 16, G = 1, HALF = 4, ALIGN = 16;
-    PCUDA_HD static void group(const uint8_t *b, int, float *q, float &, float &) {
-        uint32_t w[4];
-        ld128(b, w);
-#pragma unroll
-        for (int k = 0; k < 4; k++) q[2 * k] = g8::bits_f(w[k] << 16), q[2 * k + 1] = g8::bits_f(w[k] & 0xffff0000u);
-    }
-};
+struct g8_of<f16_t> : g8_16bit<false> {};
+template <>
+struct g8_of<bf16_t> : g8_16bit<true> {};
 template <>
 struct g8_of<q4_0_t> {  // d, qs[16]
     static constexpr bool ok = true, MIN = false, SCALE = true;
