@@ -265,8 +265,8 @@ def test_output_head_on_the_device_when_every_layer_is():
         assert r.stdout == cpu.stdout, name
         where = "CPU" if name == "ngl=L" else "device"
         assert f"output head: {where}" in r.stderr, (name, r.stderr)
-    small = subprocess.run(args + ["--device", "sim", "--vram-budget", "0.024", "--verbose"], capture_output=True, text=True,
-                           check=True)
+    small = subprocess.run(args + ["--device", "sim", "--vram-budget", "0.024", "--verbose"], capture_output=True,
+                           text=True, check=True)
     assert small.stdout == cpu.stdout and "output head: CPU" in small.stderr  # the budget holds layers, not the head
 
 
