@@ -19,13 +19,13 @@
 # Every step has its own time limit, so the whole run stays within ~7 minutes;
 # a failed step is reported and the next one runs. Summary: $OUT/summary.txt.
 #
-#   OUT=/tmp/gpu-out tools/gpu-check.sh        (GPU_CHECK_THREADS=8 GPU_CHECK_LAYERS=4)
+#   OUT=/tmp/gpu-out tools/gpu-check.sh        (GPU_CHECK_THREADS=8 GPU_CHECK_LAYERS=8)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
 THREADS=${GPU_CHECK_THREADS:-8}
-LAYERS=${GPU_CHECK_LAYERS:-4}
+LAYERS=${GPU_CHECK_LAYERS:-8}
 JOBS=$(nproc)
 B=build-gpu-check
 SUMMARY="$OUT/summary.txt"
@@ -85,7 +85,7 @@ E2E="$OUT/e2e.txt"
 : > "$E2E"
 MODEL=${GPU_CHECK_MODEL:-/tmp/pinfer-gpu-check-7b-L$LAYERS}
 if [ ! -f "$MODEL.ext.gguf" ]; then
-  PINFER_BUILD_DIR=$B timeout 150 python3 scripts/make_bench_model.py --layers "$LAYERS" --out "$MODEL" > "$OUT/make_model.txt" 2>&1 ||
+  PINFER_BUILD_DIR=$B timeout 200 python3 scripts/make_bench_model.py --layers "$LAYERS" --out "$MODEL" > "$OUT/make_model.txt" 2>&1 ||
     { note "skip e2e: make_bench_model.py failed (python $PY; see make_model.txt)"; MODEL=""; }
 fi
 if [ -n "$MODEL" ] && [ -f "$MODEL.ext.gguf" ]; then
@@ -129,11 +129,11 @@ elif [ -z "${F:-}" ]; then
 else
   K="$OUT/kernels.txt"
   # decode steps only (the prompt's kernels skipped); --clock-control none leaves the clocks alone
-  timeout 75 "$NCU" --clock-control none --launch-skip 150 --launch-count 120 --print-summary per-kernel \
+  timeout 60 "$NCU" --clock-control none --launch-skip 150 --launch-count 120 --print-summary per-kernel \
     "$B/pinfer-cli" -m "$F" --device cuda -p "The history of" -n 6 --temp 0 --sparse off -t "$THREADS" > "$K" 2>&1 ||
     note "ncu per-kernel exit $?"
-  # the micro's Q4_0 mat-vec (the fourth type: 3 graphs x 4 products of each type before it)
-  timeout 60 "$NCU" --clock-control none -k regex:mat_vec_kernel --launch-skip 38 --launch-count 1 --section SpeedOfLight \
+  # the micro's Q4_0 mat-vec (the fourth type: 3 graphs x 16 products of each type before it)
+  timeout 40 "$NCU" --clock-control none -k regex:mat_vec_kernel --launch-skip 146 --launch-count 1 --section SpeedOfLight \
     --section Occupancy --section WarpStateStats "$B/pinfer-gpu-bench" micro --reps 2 >> "$K" 2>&1 || note "ncu mat-vec exit $?"
   grep -E "Invocations|^ +Duration" "$K" | sed -E 's/ +/ /g' | cut -c1-160 >> "$SUMMARY"
 fi
