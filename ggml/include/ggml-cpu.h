@@ -22,6 +22,12 @@ struct ggml_cpu_type_traits {
     // exact, and one load an element fewer than a row and its residual);
     // NULL: the high path converts a row and its residual (ops.h)
     ggml_vec_dot_t vec_dot_f32;
+    // F16 / BF16 mat-vec at fast precision: the activation row rounded to the
+    // weight format but kept as f32 for vec_dot_f32 (one conversion per
+    // product, where conversions are dear: the AVX2 family, Zen 1 above all);
+    // false: vec_dot on weight-format rows, half the bytes, so a long row stays
+    // in L1 (AVX-512). The same products either way.
+    bool round_act_f32;
 };
 
 // NULL where ggml_get_type_traits is NULL. Under ggml_cpu_force_scalar: the

@@ -80,6 +80,7 @@ struct cpu_tables {
         }
         ref[GGML_TYPE_F16].vec_dot_f32 = ggml_vec_dot_f16_f32_ref;
         ref[GGML_TYPE_BF16].vec_dot_f32 = ggml_vec_dot_bf16_f32_ref;
+        ref[GGML_TYPE_F16].round_act_f32 = ref[GGML_TYPE_BF16].round_act_f32 = true;
         for (int i = 0; i < GGML_TYPE_COUNT; i++) best[i] = ref[i];
         ggml_axpy_kernels_ref(&axpy_ref);
         axpy_best = axpy_ref;

@@ -4,7 +4,7 @@
 //    among threads: to the q8x layout where the type has q8x kernels
 //    (ggml_cpu_q8x_pick: the 32-element block types, and q3_K..q6_K from
 //    GGML_Q8X_GEMM_MIN_COLS columns on), else to the weight type's vec_dot_type
-//    (an F16 / BF16 mat-vec: that rounding kept as f32, ggml_round_act).
+//    (an F16 / BF16 mat-vec on the AVX2 family: that rounding kept as f32, ggml_round_act).
 // 2. After a barrier, the output is split among threads; every element is one
 //    call of the same vec_dot kernel, so the result never depends on the
 //    thread count or the split.
@@ -85,8 +85,8 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *ds
         p.q8x_quantize = p.vdt == GGML_TYPE_F32 ? copy_row_f32 : ggml_round_act(GGML_TYPE_F16);
         p.vrow = sizeof(float) * (size_t)K;
     }
-    // F16 / BF16 mat-vec: the row rounded to the weight format, as f32 (ops.h)
-    if (!high && b->ne[1] == 1 && ta->vec_dot_f32 && ggml_round_act(a->type)) {
+    // F16 / BF16 mat-vec: the row rounded to the weight format, as f32 where the kernels want it (ops.h)
+    if (!high && b->ne[1] == 1 && ta->vec_dot_f32 && ta->round_act_f32 && ggml_round_act(a->type)) {
         p.q8x_quantize = ggml_round_act(a->type);
         p.dot = ta->vec_dot_f32;
         p.vrow = sizeof(float) * (size_t)K;

@@ -52,7 +52,8 @@ void ggml_convert_act(const float *x, void *out, int64_t k, ggml_from_float_t fr
 // the weight format but stored as f32, for the f32-activation kernel
 // (vec_dot_f32): the same products as the F16 x F16 kernel with one format
 // conversion per product instead of two (the half-rate vcvtph2ps of Zen 1
-// made F16 x F16 compute-bound). nullptr for other types. act-convert.cpp.
+// made F16 x F16 compute-bound), where the kernels ask for it (the traits'
+// round_act_f32). nullptr for other types. act-convert.cpp.
 ggml_from_float_t ggml_round_act(enum ggml_type type);
 // *s = dot(x, y), plus with resid the dot with the converted residual that
 // ggml_convert_act stored at y + vrow.
