@@ -228,6 +228,12 @@ int main() {
                 run_case(t, K, 37, 40, 1, 1, 1, 1, B_CONTIG, true);
                 cases += 11;
             }
+            // long rows (a mat-vec past L1, as a 7B model's down projection), the last group of four
+            // blocks partial for the 32-element types (133 blocks)
+            const int64_t KL = bs == 256 ? 17 * 256 : 133 * 32;
+            run_case(t, KL, 37, 1, 1, 1, 1, 1, B_CONTIG);
+            run_case(t, KL, 37, 1, 1, 1, 1, 1, B_CONTIG, true);
+            cases += 2;
         }
     }
     ggml_cpu_force_scalar(0);
