@@ -87,11 +87,11 @@ struct XV {
         // there reaches across the next group's cache lines, which Zen 5 streams markedly slower
         constexpr int REST = 4 * L::BS - 64, W = REST <= 8 ? 8 : REST <= 16 ? 16 : REST <= 32 ? 32 : 64;
         auto ld_rest = [&]() {
+            if constexpr (W == 64) return ld(64);  // q8_0: a whole register's worth
             if (avail < 64 + W) return _mm512_maskz_loadu_epi8(bytes_mask(64, G), p + 64);
             if constexpr (W == 8) return _mm512_zextsi128_si512(_mm_loadl_epi64((const __m128i *)(p + 64)));
             else if constexpr (W == 16) return _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)(p + 64)));
-            else if constexpr (W == 32) return _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(p + 64)));
-            else return _mm512_loadu_si512(p + 64);
+            else return _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(p + 64)));
         };
         const __m512i a0 = ld(0), a1 = ld_rest();
         if (L::NQ == 16) {

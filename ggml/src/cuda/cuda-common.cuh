@@ -153,6 +153,12 @@ PCUDA_HD void scale_k4(const uint8_t *s, int j, int *sc, int *m) {
         *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
     }
 }
+// Q3_K's 6-bit signed scale of sub-block k (of 16 elements).
+PCUDA_HD int scale_k3(const uint8_t *s, int k) {
+    const int lo = k < 8 ? (s[k] & 0xf) : (s[k - 8] >> 4);
+    const int hi = (s[8 + (k & 3)] >> (2 * (k >> 2))) & 3;
+    return (lo | (hi << 4)) - 32;
+}
 PCUDA_HD int plane2(const uint8_t *qs, int e) { return (qs[32 * (e >> 7) + (e & 31)] >> (2 * ((e >> 5) & 3))) & 3; }
 PCUDA_HD int plane1(const uint8_t *h, int e) { return (h[e & 31] >> (e >> 5)) & 1; }
 PCUDA_HD int plane4(const uint8_t *qs, int e) { return (qs[32 * (e >> 6) + (e & 31)] >> (4 * ((e >> 5) & 1))) & 0xf; }
@@ -167,12 +173,8 @@ struct q2_K_t {  // scales[16], qs[64], d, dmin
 struct q3_K_t {  // hmask[32], qs[64], scales[12], d
     static constexpr int QK = 256, BYTES = 110;
     PCUDA_HD static float get(const uint8_t *b, int e) {
-        const uint8_t *s = b + 96;
-        const int k = e >> 4;
-        const int lo = k < 8 ? (s[k] & 0xf) : (s[k - 8] >> 4);
-        const int hi = (s[8 + (k & 3)] >> (2 * (k >> 2))) & 3;
         const int q = plane2(b + 32, e) - (plane1(b, e) ? 0 : 4);
-        return fp16(le16(b + 108)) * (float)((lo | (hi << 4)) - 32) * (float)q;
+        return fp16(le16(b + 108)) * (float)scale_k3(b + 96, e >> 4) * (float)q;
     }
 };
 struct q4_K_t {  // d, dmin, scales[12], qs[128]

@@ -65,18 +65,6 @@ PCUDA_HD void bytes4(uint32_t v, float off, float *q) {
 // bit k of the low 4 bits of x to bit 4 of byte k
 PCUDA_HD uint32_t spread4(uint32_t x) { return ((x & 0xfu) * 0x00204081u & 0x01010101u) << 4; }
 
-// The K-quants' 6-bit scale and minimum of sub-block j (Q4_K, Q5_K).
-PCUDA_HD void scale_min_k4(const uint8_t *s, int j, float *sc, float *m) {
-    const uint32_t a = ld8(s + j), b = ld8(s + j + 4), c = ld8(s + (j < 4 ? j : j - 4));
-    if (j < 4) {
-        *sc = (float)(a & 63);
-        *m = (float)(b & 63);
-    } else {
-        *sc = (float)((b & 0xf) | ((c >> 6) << 4));
-        *m = (float)((b >> 4) | ((a >> 6) << 4));
-    }
-}
-
 }  // namespace g8
 
 // Per format: QKG elements and GB bytes per block, G groups per block, HALF,
@@ -213,10 +201,7 @@ struct g8_of<q3_K_t> {  // hmask[32], qs[64], scales[12], d
         const uint32_t v1 = ((g8::ld32(qs + 4) >> sh) & 0x03030303u) | (((g8::ld32(hm + 4) >> hb) & 0x01010101u) << 2);
         g8::bytes4<0>(v0, g8::MAGIC + 4, q);
         g8::bytes4<4>(v1, g8::MAGIC + 4, q);
-        const int k = s >> 1;
-        const uint32_t lo = k < 8 ? (g8::ld8(b + 96 + k) & 0xfu) : (g8::ld8(b + 96 + k - 8) >> 4);
-        const uint32_t hi = (g8::ld8(b + 104 + (k & 3)) >> (2 * (k >> 2))) & 3u;
-        d = g8::half_at(b + 108) * (float)((int)(lo | (hi << 4)) - 32);
+        d = g8::half_at(b + 108) * (float)scale_k3(b + 96, s >> 1);
     }
 };
 template <>
@@ -228,10 +213,10 @@ struct g8_of<q4_K_t> {  // d, dmin, scales[12], qs[128]
         const int sh = 4 * ((s >> 2) & 1);
         g8::bytes4<0>((g8::ld32(qs) >> sh) & 0x0f0f0f0fu, g8::MAGIC, q);
         g8::bytes4<4>((g8::ld32(qs + 4) >> sh) & 0x0f0f0f0fu, g8::MAGIC, q);
-        float sc, m;
-        g8::scale_min_k4(b + 4, s >> 2, &sc, &m);
-        d = g8::half_at(b) * sc;
-        mn = -(g8::half_at(b + 2) * m);
+        int sc, m;
+        scale_k4(b + 4, s >> 2, &sc, &m);
+        d = g8::half_at(b) * (float)sc;
+        mn = -(g8::half_at(b + 2) * (float)m);
     }
 };
 template <>
@@ -243,10 +228,10 @@ struct g8_of<q5_K_t> {  // d, dmin, scales[12], qh[32], qs[128]
         const int sh = 4 * ((s >> 2) & 1), hb = s >> 2;
         g8::bytes4<0>(((g8::ld32(qs) >> sh) & 0x0f0f0f0fu) | (((g8::ld32(qh) >> hb) & 0x01010101u) << 4), g8::MAGIC, q);
         g8::bytes4<4>(((g8::ld32(qs + 4) >> sh) & 0x0f0f0f0fu) | (((g8::ld32(qh + 4) >> hb) & 0x01010101u) << 4), g8::MAGIC, q);
-        float sc, m;
-        g8::scale_min_k4(b + 4, s >> 2, &sc, &m);
-        d = g8::half_at(b) * sc;
-        mn = -(g8::half_at(b + 2) * m);
+        int sc, m;
+        scale_k4(b + 4, s >> 2, &sc, &m);
+        d = g8::half_at(b) * (float)sc;
+        mn = -(g8::half_at(b + 2) * (float)m);
     }
 };
 template <>
@@ -265,7 +250,7 @@ struct g8_of<q6_K_t> {  // ql[128], qh[64], scales[16] (int8), d
 
 // Whether a row of K elements at `row` (rows `nb1` bytes apart) can take the group path.
 template <class W>
-__host__ __device__ __forceinline__ bool g8_fits(const void *row, int64_t K, int64_t nb1) {
+PCUDA_HD bool g8_fits(const void *row, int64_t K, int64_t nb1) {
     if constexpr (!g8_of<W>::ok) {
         return false;
     } else {

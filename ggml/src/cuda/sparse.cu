@@ -246,6 +246,11 @@ int down_chunks(int64_t n, int64_t T, int64_t D) {
 }
 size_t down_part_bytes(int P, int64_t T, int64_t D) { return ((size_t)P * T * D * sizeof(float) + 255) / 256 * 256; }
 
+// How many ids of the list can fall in the op's range [b, e): its length, at most the list's capacity.
+int64_t ids_in_range(const ggml_tensor *dst) {
+    return std::min<int64_t>(std::max(dst->op_params[1] - dst->op_params[0], 0), dst->src[2]->ne[0] - 1);
+}
+
 // Whether the down rows of wt (D elements each) take the group path.
 bool down_g8(const ggml_tensor *wt, int64_t D) {
     bool ok = false;
@@ -336,7 +341,7 @@ int down(context &c, ggml_tensor *dst) {
     const ggml_tensor *wt = dst->src[0], *h = dst->src[1], *idx = dst->src[2];
     const int b = dst->op_params[0], e = dst->op_params[1];
     if (dst->ne[0] == 0 || dst->ne[1] == 0) return 0;
-    const int64_t n_range = std::min<int64_t>(std::max(e - b, 0), idx->ne[0] - 1);
+    const int64_t n_range = ids_in_range(dst);
     float *part = nullptr;
     if (down_g8(wt, dst->ne[0])) {
         part = (float *)scratch(c, op_scratch_bytes(dst));
@@ -359,7 +364,7 @@ int ffn(context &c, ggml_tensor *dst) {
     char *work = bytes ? (char *)scratch(c, bytes) : nullptr;
     if (bytes && !work) return 1;
     float *h = (float *)work, *part = bytes > h_bytes ? (float *)(work + h_bytes) : nullptr;
-    const int64_t in_range = std::min<int64_t>(std::max(e - b, 0), cap);
+    const int64_t in_range = ids_in_range(dst);
     bool ok = true;
     with_format(w->type, [&](auto f) {
         using W = decltype(f);
@@ -379,9 +384,9 @@ size_t op_scratch_bytes(const ggml_tensor *dst) {
     if (dst->op == GGML_OP_MUL_MAT && dst->src[1]->ne[1] > MATVEC_MAX_T)  // mat-mat: a scale per column of b
         return (size_t)(dst->ne[1] * dst->ne[2] * dst->ne[3]) * sizeof(float);
     if (dst->op != GGML_OP_SPARSE_FFN && dst->op != GGML_OP_SPARSE_DOWN) return 0;
-    const ggml_tensor *w = dst->src[0], *idx = dst->src[2];
-    const int64_t n_range = std::min<int64_t>(std::max(dst->op_params[1] - dst->op_params[0], 0), idx->ne[0] - 1);
-    const size_t part = down_g8(w, dst->ne[0]) ? down_part_bytes(down_chunks(n_range, dst->ne[1], dst->ne[0]), dst->ne[1], dst->ne[0]) : 0;
+    const ggml_tensor *w = dst->src[0];
+    const size_t part =
+        down_g8(w, dst->ne[0]) ? down_part_bytes(down_chunks(ids_in_range(dst), dst->ne[1], dst->ne[0]), dst->ne[1], dst->ne[0]) : 0;
     return (dst->op == GGML_OP_SPARSE_FFN ? ffn_h_bytes(dst) : 0) + part;
 }
 
