@@ -14,6 +14,7 @@
 #include "ggml-quants.h"
 #include "cpu-features.h"
 #include "gemm-amx.h"
+#include "guarded.h"
 #include "ops.h"
 #include "vec-dot-simd.h"
 
@@ -313,6 +314,30 @@ static void test_q8x(const char *family, const table &ref, const ggml_q8x_kernel
                     cases++;
                 }
                 for (int c = 0; c < nc; c++) CHECK(out[2 * c + 1] == -1.0f, "%s q8x %s: wrote between outputs", family, C.name);
+                if (nc == 1) {  // the row ending at an unreadable page: no kernel reads past it (a read faults)
+                    const guarded gx(xq.data(), ggml_row_size(t, n));  // the row alone (xq has padding)
+                    float at_end = 0;
+                    q->dot[t](n, gx.data, yx.data(), ys, &at_end, 0, 1);
+                    CHECK(memcmp(&at_end, &out[0], sizeof(float)) == 0, "%s q8x %s n=%lld: the row at a page end %.9g != %.9g", family,
+                          C.name, (long long)n, at_end, out[0]);
+                    if (q->dot_hi[t]) {
+                        std::vector<uint8_t> yh(ggml_q8xh_row_size(n));
+                        q->quantize_hi(yf[0].data(), yh.data(), n);
+                        float hi[2] = {0, 0};
+                        q->dot_hi[t](n, xq.data(), yh.data(), 0, &hi[0], 0, 1);
+                        q->dot_hi[t](n, gx.data, yh.data(), 0, &hi[1], 0, 1);
+                        CHECK(memcmp(&hi[0], &hi[1], sizeof(float)) == 0, "%s q8xh %s n=%lld: the row at a page end", family, C.name,
+                              (long long)n);
+                    }
+                    if (q->unpack[t]) {  // into two 64-byte aligned rows
+                        const size_t usz = ggml_q8x_unpacked_size(n);
+                        std::vector<uint8_t> ubuf(2 * usz + 64);
+                        uint8_t *u = ubuf.data() + (64 - (uintptr_t)ubuf.data() % 64) % 64;
+                        q->unpack[t](n, xq.data(), u);
+                        q->unpack[t](n, gx.data, u + usz);
+                        CHECK(memcmp(u, u + usz, usz) == 0, "%s q8x %s n=%lld: unpacking the row at a page end", family, C.name, (long long)n);
+                    }
+                }
                 // the same column alone gives the same bits (tiling never changes a result)
                 float alone = 0;
                 q->dot[t](n, xq.data(), yx.data() + (nc - 1) * ys, ys, &alone, 0, 1);

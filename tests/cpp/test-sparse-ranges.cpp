@@ -5,40 +5,15 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <random>
 #include <vector>
 
 #include "ggml.h"
 #include "check.h"
+#include "guarded.h"
 
 static const int64_t d = 64, n = 96, k = 40;  // list over n neurons, weights of k
-
-// F32 values placed so that their last byte is followed by an unreadable page.
-struct guarded {
-    void *map = nullptr;
-    size_t len = 0;
-    float *data = nullptr;
-    explicit guarded(const std::vector<float> &v) {
-        const size_t page = (size_t)sysconf(_SC_PAGESIZE), bytes = v.size() * sizeof(float);
-        const size_t body = (bytes + page - 1) / page * page;
-        len = body + page;
-        map = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (map == MAP_FAILED) {
-            perror("mmap");
-            map = nullptr;
-            return;
-        }
-        mprotect((char *)map + body, page, PROT_NONE);
-        data = (float *)((char *)map + body - bytes);
-        memcpy(data, v.data(), bytes);
-    }
-    ~guarded() {
-        if (map) munmap(map, len);
-    }
-};
 
 static std::vector<float> randv(size_t count, std::mt19937 &rng) {
     std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -47,7 +22,7 @@ static std::vector<float> randv(size_t count, std::mt19937 &rng) {
     return v;
 }
 
-static ggml_tensor *tensor_on(ggml_context *ctx, int64_t ne0, int64_t ne1, float *data) {
+static ggml_tensor *tensor_on(ggml_context *ctx, int64_t ne0, int64_t ne1, void *data) {
     ggml_tensor *t = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, ne0, ne1);
     t->data = data;
     return t;

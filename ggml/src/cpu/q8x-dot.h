@@ -6,6 +6,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "ggml-quants.h"
@@ -23,18 +24,25 @@ template <class X>
 constexpr auto has_partial_loads(int) -> decltype(X::partial_loads, bool()) { return X::partial_loads; }
 template <class X>
 constexpr bool has_partial_loads(long) { return false; }
-// Group g of a row of nb blocks: loaders with partial_loads get the number of
-// valid blocks and the bytes left in the row; the others a zero-padded copy
+// Group g of a row of nb blocks, left of them from x on: loaders with
+// partial_loads get the number of valid blocks and avail, the bytes they may
+// read (the row's rest, or X::SPAN, as much as a whole group's loads reach:
+// a constant that folds their checks away); the others a zero-padded copy
 // for the last partial group.
 template <class X>
-inline auto load_group(const typename X::B *x, const typename X::B *, int64_t left, __m512i *ua, __m512i *ub, __m512 *d, __m512 *m, int)
-    -> decltype(X::partial_loads, void()) {
-    X::load(x, ua, ub, d, m, left < 4 ? (int)left : 4, left * (int64_t)sizeof(typename X::B));
+inline auto load_group(const typename X::B *x, const typename X::B *, int64_t left, int64_t avail, __m512i *ua, __m512i *ub, __m512 *d,
+                       __m512 *m, int) -> decltype(X::partial_loads, void()) {
+    X::load(x, ua, ub, d, m, left < 4 ? (int)left : 4, avail);
 }
 template <class X>
-inline void load_group(const typename X::B *x, const typename X::B *tail, int64_t left, __m512i *ua, __m512i *ub, __m512 *d, __m512 *m, long) {
+inline void load_group(const typename X::B *x, const typename X::B *tail, int64_t left, int64_t, __m512i *ua, __m512i *ub, __m512 *d,
+                       __m512 *m, long) {
     X::load(left >= 4 ? x : tail, ua, ub, d, m);
 }
+template <class X>
+constexpr auto span_of(int) -> decltype(X::SPAN, int64_t()) { return X::SPAN; }
+template <class X>
+constexpr int64_t span_of(long) { return 4 * (int64_t)sizeof(typename X::B); }
 
 // One unpacked group of four weight blocks (see q8x_tile), as registers or
 // as the 256 bytes it takes in an unpacked row (q8x_unpack).
@@ -45,9 +53,10 @@ struct q8x_wgroup {
 static_assert(sizeof(q8x_wgroup) == 256, "ggml_q8x_unpacked_size: 256 bytes a group");
 
 // The q8x tile core: NR weight rows against NC activation rows, the result of
-// row r and column c to s[r] + c * ss bytes. load(r, g, &w) gives group g of
-// row r unpacked into the q8x order (vec-dot-simd.h): ua, ub the unsigned
-// quants u of the four blocks' low and high halves, d and m per lane so that
+// row r and column c to s[r] + c * ss bytes. load(r, g, &w, full) gives group
+// g of row r (full: std::true_type for g < nfull, whose loads need no check
+// for the row's end) unpacked into the q8x order (vec-dot-simd.h): ua, ub the
+// unsigned quants u of the four blocks' low and high halves, d and m per lane so that
 // weight = d (u + o) for the types with a fixed offset o = -2^S (m unused),
 // or d u + m (S < 0). Per column, the activations are loaded once for all NR
 // rows (a register tile: NR x NC accumulators); per row and column: two
@@ -72,8 +81,9 @@ static_assert(sizeof(q8x_wgroup) == 256, "ggml_q8x_unpacked_size: 256 bytes a gr
 // NC vectors of 16 floats, 64-byte aligned; GGML_Q8X_ACC_* in flags), so a
 // row can be run in chunks of groups with the same arithmetic.
 template <int S, int NR, int NC, bool H, bool WIDE, bool SPLIT, class Load>
-__attribute__((always_inline)) inline void q8x_tile(int64_t ng, Load &&load, const uint8_t *y0, size_t ys, float *s, size_t ss,
-                                                    float *accv = nullptr, int flags = GGML_Q8X_ACC_FIRST | GGML_Q8X_ACC_LAST) {
+__attribute__((always_inline)) inline void q8x_tile(int64_t ng, int64_t nfull, Load &&load, const uint8_t *y0, size_t ys, float *s,
+                                                    size_t ss, float *accv = nullptr,
+                                                    int flags = GGML_Q8X_ACC_FIRST | GGML_Q8X_ACC_LAST) {
     constexpr size_t GROUP = H ? GGML_Q8XH_GROUP : GGML_Q8X_GROUP;
     constexpr size_t DY = H ? 256 : 128, NS = DY + 64, SD = DY + 128;  // offsets of the scales and sums
     constexpr bool OFF = S >= 0, MAGIC = !(H && WIDE);
@@ -85,10 +95,10 @@ __attribute__((always_inline)) inline void q8x_tile(int64_t ng, Load &&load, con
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++)
             acc[r][c] = flags & GGML_Q8X_ACC_FIRST ? _mm512_setzero_ps() : _mm512_load_ps(accv + 16 * (r * NC + c));
-    for (int64_t g = 0; g < ng; g++) {
+    auto step = [&](int64_t g, auto full) __attribute__((always_inline)) {
         q8x_wgroup w[NR];
 #pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) load(r, g, &w[r]);
+        for (int r = 0; r < NR; r++) load(r, g, &w[r], full);
         const uint8_t *yg = y0 + g * GROUP;
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
@@ -142,7 +152,11 @@ __attribute__((always_inline)) inline void q8x_tile(int64_t ng, Load &&load, con
                 if (!OFF) acc[r][c] = _mm512_fmadd_ps(w[r].m, _mm512_loadu_ps((const float *)(yc + SD)), acc[r][c]);
             }
         }
-    }
+    };
+    // the groups before nfull take the loader's unchecked form (no branch on the row's end)
+    int64_t g = 0;
+    for (; g < nfull; g++) step(g, std::true_type());
+    for (; g < ng; g++) step(g, std::false_type());
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 8
@@ -198,13 +212,24 @@ struct row_reader {
     // larger loaders (q5_1, q8_0 with VBMI) out of line once per group, the
     // group and the accumulators then going through memory (Q8_0 mat-vec 25%
     // slower in cache).
-    __attribute__((always_inline)) void operator()(int64_t g, q8x_wgroup *w) const {
+    // Groups before nfull hold four whole blocks (every superblock half does)
+    // and have at least span_of<X> bytes of the row from their start.
+    int64_t nfull() const {
+        if (SB) return ng;
+        const int64_t bs = (int64_t)sizeof(B), bytes = nb * bs, span = span_of<X>(0);
+        return bytes < span ? 0 : std::min(nb / 4, (bytes - span) / (4 * bs) + 1);
+    }
+    template <class Full>
+    __attribute__((always_inline)) void operator()(int64_t g, q8x_wgroup *w, Full) const {
         if constexpr (SB) {
             ggml_prefetch_chunk((const char *)x + g * (int64_t)sizeof(B) / 2, (int)sizeof(B) / 2, ahead);
             X::group(x, g, w);
         } else {
             ggml_prefetch_chunk(x + 4 * g, 4 * (int)sizeof(B), ahead);
-            load_group<X>(x + 4 * g, tail, nb - 4 * g, &w->ua, &w->ub, &w->d, &w->m, 0);
+            // a whole group in the row: the constant "4 blocks left" folds the loaders' end checks away
+            const int64_t left = Full::value ? 4 : nb - 4 * g;
+            load_group<X>(x + 4 * g, tail, left, Full::value ? span_of<X>(0) : left * (int64_t)sizeof(B), &w->ua, &w->ub, &w->d,
+                          &w->m, 0);
         }
     }
 };
@@ -213,8 +238,8 @@ struct row_reader {
 template <class X, int NC, bool H>
 void dot_q8x(int64_t k, const void *vx, const void *vy, size_t ys, float *s, size_t ss) {
     const row_reader<X> row(vx, k);
-    auto load = [&](int, int64_t g, q8x_wgroup *w) { row(g, w); };
-    q8x_tile<X::S, 1, NC, H, wide_quants<X>(), split_of<X>(0)>(row.ng, load, (const uint8_t *)vy, ys, s, ss);
+    auto load = [&](int, int64_t g, q8x_wgroup *w, auto full) { row(g, w, full); };
+    q8x_tile<X::S, 1, NC, H, wide_quants<X>(), split_of<X>(0)>(row.ng, row.nfull(), load, (const uint8_t *)vy, ys, s, ss);
 }
 
 // One weight row against nc (1..8) activation rows.
@@ -242,7 +267,7 @@ void unpack_q8x(int64_t k, const void *vx, void *vu) {
     for (int64_t g = 0; g < row.ng; g++) {
         q8x_wgroup w;
         w.m = _mm512_setzero_ps();
-        row(g, &w);
+        row(g, &w, std::false_type());
         _mm512_store_si512(&u[g].ua, w.ua);
         _mm512_store_si512(&u[g].ub, w.ub);
         _mm512_store_ps(&u[g].d, w.d);
@@ -255,14 +280,14 @@ void unpack_q8x(int64_t k, const void *vx, void *vu) {
 // q8x_tile): the same arithmetic per element as dot_q8x.
 template <class X, int NC, bool H>
 void gemm_q8xu(int64_t ng, const void *vu, size_t us, const void *vy, size_t ys, float *acc, float *s, size_t ss, int flags) {
-    auto load = [&](int r, int64_t g, q8x_wgroup *w) {
+    auto load = [&](int r, int64_t g, q8x_wgroup *w, auto) {
         const q8x_wgroup *u = (const q8x_wgroup *)((const char *)vu + r * us) + g;
         w->ua = _mm512_load_si512(&u->ua);
         w->ub = _mm512_load_si512(&u->ub);
         w->d = _mm512_load_ps(&u->d);
         if (X::S < 0 || split_of<X>(0)) w->m = _mm512_load_ps(&u->m);
     };
-    q8x_tile<X::S, GGML_Q8X_GEMM_ROWS, NC, H, wide_quants<X>(), split_of<X>(0)>(ng, load, (const uint8_t *)vy, ys, s, ss, acc,
+    q8x_tile<X::S, GGML_Q8X_GEMM_ROWS, NC, H, wide_quants<X>(), split_of<X>(0)>(ng, ng, load, (const uint8_t *)vy, ys, s, ss, acc,
                                                                                   flags);
 }
 template <class X, bool H = false>

@@ -67,6 +67,10 @@ struct XV {
     static constexpr std::array<uint8_t, 64> ia = quant_index<L>(0), ib = quant_index<L>(1), is = scale_index<L>();
     static constexpr std::array<uint8_t, 64> iha = high_index<L>(0), ihb = high_index<L>(1), bits = bit_index();
     static constexpr bool partial_loads = true;
+    // the nibble types' bytes past 64 (8 to 32 of them) are read by one load just as wide: a 64-byte
+    // load there reaches across the next group's cache lines, which Zen 5 streams markedly slower
+    static constexpr int REST = 4 * L::BS - 64, W = REST <= 8 ? 8 : REST <= 16 ? 16 : REST <= 32 ? 32 : 64;
+    static constexpr int64_t SPAN = 64 + W;  // bytes a whole group's plain loads reach
     // bytes [lo, lo + 64) of a group of nbytes: all-ones mask bits for the valid ones
     static __mmask64 bytes_mask(int lo, int nbytes) {
         const int k = nbytes - lo;
@@ -83,9 +87,6 @@ struct XV {
         auto ld = [&](int lo) {
             return avail >= lo + 64 ? _mm512_loadu_si512(p + lo) : _mm512_maskz_loadu_epi8(bytes_mask(lo, G), p + lo);
         };
-        // the nibble types' bytes past 64 (8 to 32 of them) by one load just as wide: a 64-byte load
-        // there reaches across the next group's cache lines, which Zen 5 streams markedly slower
-        constexpr int REST = 4 * L::BS - 64, W = REST <= 8 ? 8 : REST <= 16 ? 16 : REST <= 32 ? 32 : 64;
         auto ld_rest = [&]() {
             if constexpr (W == 64) return ld(64);  // q8_0: a whole register's worth
             if (avail < 64 + W) return _mm512_maskz_loadu_epi8(bytes_mask(64, G), p + 64);
@@ -93,7 +94,10 @@ struct XV {
             else if constexpr (W == 16) return _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)(p + 64)));
             else return _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(p + 64)));
         };
-        const __m512i a0 = ld(0), a1 = ld_rest();
+        __m512i a0 = ld(0), a1 = ld_rest();
+        // one load each: left to itself GCC folds them into every permute as memory operands (Q8_0:
+        // six 64-byte loads a group, three of them across cache lines; 71 -> 50 GB/s in cache)
+        __asm__("" : "+v"(a0), "+v"(a1));
         if (L::NQ == 16) {
             const __m512i t = _mm512_permutex2var_epi8(a0, load_idx(ia), a1), m4 = _mm512_set1_epi8(0x0F);
             __m512i ta = _mm512_and_si512(t, m4), tb = _mm512_and_si512(_mm512_srli_epi16(t, 4), m4);
