@@ -17,6 +17,7 @@
 #include "guarded.h"
 #include "ops.h"
 #include "vec-dot-simd.h"
+#include "vec-exp.h"
 
 static int g_fail = 0;
 #define CHECK(cond, ...)                                         \
@@ -449,6 +450,49 @@ static void test_q8x_gemm(const char *family, const table &ref, const ggml_q8x_k
     }
 }
 
+// The softmax exponentials (vec-exp.h): each y[i] = exp(x[i] - m) within a
+// few ulp of the float64 exp (results below the normal range may flush to
+// 0), exp(-inf) = 0 exactly, a NaN stays NaN, the returned sum is the sum of
+// the written values, and nothing past the row is written.
+static void test_exp_sum(const char *family, ggml_exp_sum_t f) {
+    int cases = 0;
+    double worst = 0;
+    for (int64_t n : {1, 5, 8, 9, 15, 16, 17, 31, 100, 1000}) {
+        for (int rep = 0; rep < 3; rep++) {
+            std::vector<float> x = randn(n, rep == 2 ? 30.0f : 5.0f);
+            if (rep == 1)  // masked positions and the far tail of the range
+                for (int64_t i = 0; i < n; i++) x[i] = i % 3 == 0 ? -INFINITY : i % 3 == 1 ? -86.0f - (float)(i % 20) : x[i];
+            float m = -INFINITY;
+            for (float v : x) m = fmaxf(m, v);
+            if (m == -INFINITY) m = 0.0f;
+            std::vector<float> y(x);
+            y.resize((size_t)n + 16, 7.0f);  // sentinels past the row
+            const double sum = f(n, y.data(), m);
+            double exact = 0, written = 0;
+            for (int64_t i = 0; i < n; i++) {
+                const float d = x[i] - m;  // the kernels' argument: the difference rounded to float
+                const double e = exp((double)d);
+                exact += e;
+                written += y[i];
+                const double err = fabs(y[i] - e);
+                if (e > 1.2e-38) worst = fmax(worst, err / e);
+                CHECK(err <= 6e-7 * e || (e < 1.2e-38 && err < 1.2e-38), "%s exp_sum n=%lld: exp(%.9g) = %.9g, float64 %.9g", family,
+                      (long long)n, (double)d, y[i], e);
+                if (x[i] == -INFINITY) CHECK(y[i] == 0.0f, "%s exp_sum: exp(-inf) = %g", family, y[i]);
+            }
+            for (size_t i = (size_t)n; i < y.size(); i++) CHECK(y[i] == 7.0f, "%s exp_sum n=%lld: wrote past the row", family, (long long)n);
+            CHECK(fabs(sum - written) <= 1e-12 * written, "%s exp_sum n=%lld: sum %.17g, of the written values %.17g", family, (long long)n,
+                  sum, written);
+            CHECK(fabs(sum - exact) <= 1e-6 * exact, "%s exp_sum n=%lld: sum %.17g, float64 %.17g", family, (long long)n, sum, exact);
+            cases++;
+        }
+    }
+    std::vector<float> nan_row = {0.0f, NAN, -1.0f, 2.0f, NAN, 0.5f, -3.0f, 1.0f, 0.0f, NAN};
+    f((int64_t)nan_row.size(), nan_row.data(), NAN);  // a row whose max is NaN
+    for (float v : nan_row) CHECK(v != v, "%s exp_sum: a NaN row gave %g", family, v);
+    printf("  %-6s exp  : %d rows, worst relative error %.2e\n", family, cases, worst);
+}
+
 int main() {
     const table ref = ref_table();
     printf("dispatch picked: %s\n", ggml_cpu_backend_name());
@@ -461,6 +505,8 @@ int main() {
         const ggml_cpu_type_traits *tr = ggml_get_cpu_type_traits((ggml_type)i);
         if (tr) best.t[i] = *tr;
     }
+    test_exp_sum("ref", ggml_exp_sum_ref);
+    test_exp_sum("best", ggml_cpu_exp_sum());
     if (strcmp(ggml_cpu_backend_name(), "scalar") != 0) {
         test_dots("best", ref, best);
         if (ggml_cpu_q8x()) test_q8x("best", ref, ggml_cpu_q8x());
@@ -501,6 +547,7 @@ int main() {
         std::vector<ggml_vec_dot2_t> d2(GGML_TYPE_COUNT, nullptr);
         ggml_cpu_set_dot_resid_avx2(d2.data());
         test_dot_resid("avx2", ref, d2.data());
+        test_exp_sum("avx2", ggml_exp_sum_avx2);
         families++;
         if (ggml_cpu_get_features()->avxvnni) {
             table tv = t2;
@@ -528,6 +575,7 @@ int main() {
         std::vector<ggml_vec_dot2_t> d2(GGML_TYPE_COUNT, nullptr);
         ggml_cpu_set_dot_resid_avx512(d2.data(), false);
         test_dot_resid("avx512", ref, d2.data());
+        test_exp_sum("avx512", ggml_exp_sum_avx512);
         families++;
         if (__builtin_cpu_supports("avx512vbmi")) {
             table tv = ref;

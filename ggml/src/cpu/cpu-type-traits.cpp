@@ -13,6 +13,7 @@
 #include "gemm-amx.h"
 #include "ggml-quants.h"
 #include "sparse-axpy.h"
+#include "vec-exp.h"
 #include "vec-dot-simd.h"
 
 __thread int ggml_prefetch_distance = 0;
@@ -44,6 +45,7 @@ struct cpu_tables {
     ggml_vec_dot2_t dot2[GGML_TYPE_COUNT] = {};  // a row and its residual in one pass (GGML_PREC_HIGH)
     char variant[96] = "scalar";
     ggml_axpy_kernels axpy_ref = {}, axpy_best = {};
+    ggml_exp_sum_t exp_sum = ggml_exp_sum_ref;
 
     cpu_tables() {
         // The scalar dots live beside the formats they read (ggml-quants.cpp).
@@ -120,6 +122,9 @@ struct cpu_tables {
         const bool axpy2 = f.avx2 && f.fma && f.f16c;
         if (axpy2 && f.avx512f && f.avx512bw && f.avx512vl) ggml_axpy_kernels_avx512(&axpy_best);
         else if (axpy2) ggml_axpy_kernels_avx2(&axpy_best);
+        // the softmax exponentials follow the dot families' choice (PINFER_CPU caps them too)
+        if (avx512 && cap >= 3) exp_sum = ggml_exp_sum_avx512;
+        else if (avx2 && cap >= 1) exp_sum = ggml_exp_sum_avx2;
 #endif
     }
 };
@@ -185,3 +190,5 @@ ggml_vec_dot2_t ggml_cpu_dot_resid(enum ggml_type t) { return t >= 0 && t < GGML
 const char *ggml_cpu_kernel_variant(void) { return tables().variant; }
 
 const ggml_axpy_kernels *ggml_cpu_axpy(void) { return g_force_scalar ? &tables().axpy_ref : &tables().axpy_best; }
+
+ggml_exp_sum_t ggml_cpu_exp_sum(void) { return g_force_scalar ? ggml_exp_sum_ref : tables().exp_sum; }

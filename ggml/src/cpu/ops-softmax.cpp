@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "ops.h"
+#include "vec-exp.h"
 
 namespace {
 
@@ -55,6 +56,7 @@ extern "C" void ggml_compute_forward_soft_max(const ggml_compute_params *p, ggml
     memcpy(&scale, &dst->op_params[0], sizeof(scale));
 
     const int64_t n = dst->ne[0];
+    const ggml_exp_sum_t exp_sum = ggml_cpu_exp_sum();
     int64_t r0, r1;
     ggml_split_range(ggml_nrows(dst), p->ith, p->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
@@ -84,19 +86,7 @@ extern "C" void ggml_compute_forward_soft_max(const ggml_compute_params *p, ggml
             memset(y, 0, (size_t)n * sizeof(float));
             continue;
         }
-        double acc[LANES] = {0};
-        int64_t i = 0;
-        for (; i + LANES <= n; i += LANES) {
-            for (int k = 0; k < LANES; k++) {
-                y[i + k] = expf(y[i + k] - mx);
-                acc[k] += y[i + k];
-            }
-        }
-        for (int k = 0; i < n; i++, k++) {
-            y[i] = expf(y[i] - mx);
-            acc[k] += y[i];
-        }
-        const double sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        const double sum = exp_sum(n, y, mx);  // y = exp(y - mx), SIMD where the CPU has it (vec-exp.h)
         const float inv = (float)(1.0 / sum);
         for (int64_t j = 0; j < n; j++) y[j] *= inv;
     }

@@ -1,0 +1,25 @@
+// Internal: the exponentials of a softmax row, y[i] = exp(y[i] - m) in place,
+// returning their sum (accumulated in double). SIMD families live in
+// vec-exp-avx2.cpp / vec-exp-avx512.cpp (compiled with their own -m flags);
+// vec-exp-ref.cpp holds the scalar one (libm expf).
+//
+// The SIMD exp: x = t ln2 + r with t = round(x log2 e) and |r| <= ln2 / 2
+// (ln2 split in two for an exact-enough r), e^r by its Taylor polynomial of
+// degree 7 (truncation below 5e-9 relative), times 2^t. Within a few ulp of
+// expf; exp(-inf) = 0, a NaN stays NaN (a NaN row propagates), and results
+// under the normal range go to 0 (AVX2) or are denormals (AVX-512 scalef).
+// Each row is one thread's: the bits never depend on the thread count.
+#pragma once
+#include <stdint.h>
+
+typedef double (*ggml_exp_sum_t)(int64_t n, float *y, float m);
+
+double ggml_exp_sum_ref(int64_t n, float *y, float m);
+#if defined(__x86_64__) || defined(_M_X64)
+// Only call after checking the CPU supports the family.
+double ggml_exp_sum_avx2(int64_t n, float *y, float m);    // AVX2 + FMA
+double ggml_exp_sum_avx512(int64_t n, float *y, float m);  // AVX-512 F/DQ
+#endif
+// The kernel picked for this CPU (cpu-type-traits.cpp); the scalar one
+// under ggml_cpu_force_scalar.
+ggml_exp_sum_t ggml_cpu_exp_sum(void);
