@@ -2,10 +2,11 @@
 // measured in the same run.
 //
 //   pinfer-bench matvec [--types f16,q8_0,q4_0,q4_K,q6_K] [--threads 1,2] [--gib 2] [--reps 5]
-//                       [--precision fast,high] [--cached] [--cols N]
+//                       [--precision fast,high] [--cached] [--cols N] [--shape both|up|down]
 //   pinfer-bench model -m FILE [-p 64,512] [-n 64] [-t 2] [-r 3]
 //
-// matvec: y = W x with LLaMA-7B FFN shapes (4096x11008 and 11008x4096),
+// matvec: y = W x with LLaMA-7B FFN shapes (4096x11008 and 11008x4096, or
+// only one of them: --shape up, rows of 4096; --shape down, rows of 11008),
 // cycling through enough distinct weight matrices (--gib of them per type) to
 // defeat the last-level cache, computed by ggml_graph_compute on a persistent
 // thread pool, at each --precision (high: GGML_PREC_HIGH on every product,
@@ -109,7 +110,7 @@ struct matvec_result {
 // of 4096 x R (R: about 1 MiB of weights, resident in L2), so memory plays no
 // part (the read column is then the DRAM read, for scale).
 matvec_result bench_matvec(ggml_type t, uint8_t *buf, size_t bytes, ggml_threadpool *tp, int nt, int reps, bool high,
-                           bool cached, int64_t N) {
+                           bool cached, int64_t N, const std::string &shape) {
     const int64_t D = 4096;
     const int64_t F = cached ? std::max<int64_t>(64, ((int64_t)1 << 20) / (int64_t)ggml_row_size(t, D) / 64 * 64) : 11008;
     const size_t mat_bytes = ggml_row_size(t, D) * F;  // same for both shapes
@@ -145,7 +146,8 @@ matvec_result bench_matvec(ggml_type t, uint8_t *buf, size_t bytes, ggml_threadp
     ggml_context *gctx = ggml_init(gp);
     ggml_cgraph *g = ggml_new_graph_custom(gctx, gsize);
     for (int m = 0; m < n_mat; m++) {
-        const bool up = cached || m % 2 == 0;  // up/gate: [D in, F out]; down: [F in, D out]
+        // up/gate: [D in, F out]; down: [F in, D out]; alternating unless --shape picks one
+        const bool up = cached || shape == "up" || (shape == "both" && m % 2 == 0);
         ggml_tensor *w = ggml_new_tensor_2d(wctx, t, up ? D : F, up ? F : D);
         w->data = buf + (cached ? 0 : (size_t)m * stride);
         ggml_tensor *y = ggml_mul_mat(gctx, w, up ? xd : xf);
@@ -187,6 +189,7 @@ int cmd_matvec(int argc, char **argv) {
     std::vector<std::string> types = {"f16", "q8_0", "q4_0", "q4_K", "q6_K"};
     std::vector<int> threads = {1, 2};
     std::vector<std::string> precisions = {"fast", "high"};
+    std::string shape = "both";
     bool cached = false;
     double gib = 2.0;
     int64_t cols = 1;
@@ -209,6 +212,7 @@ int cmd_matvec(int argc, char **argv) {
         else if (a == "--precision") precisions = split(val());
         else if (a == "--cached") cached = true;
         else if (a == "--cols") cols = atoll(val().c_str());
+        else if (a == "--shape") shape = val();
         else {
             fprintf(stderr, "pinfer-bench matvec: unknown option '%s'\n", a.c_str());
             return 2;
@@ -229,6 +233,10 @@ int cmd_matvec(int argc, char **argv) {
             fprintf(stderr, "pinfer-bench: bad thread count %d\n", nt);
             return 2;
         }
+    if (shape != "both" && shape != "up" && shape != "down") {
+        fprintf(stderr, "pinfer-bench: bad --shape '%s' (both, up or down)\n", shape.c_str());
+        return 2;
+    }
     for (const auto &p : precisions)
         if (p != "fast" && p != "high") {
             fprintf(stderr, "pinfer-bench: bad --precision '%s' (fast, high or both: fast,high)\n", p.c_str());
@@ -246,8 +254,9 @@ int cmd_matvec(int argc, char **argv) {
     }
     memset(buf, 1, bytes);  // fault the pages in before timing
 
-    printf("matvec: y = W x, W in LLaMA-7B FFN shapes 4096x11008 / 11008x4096, %.2f GiB of weights per type, best of %d passes, each followed by a plain read\n",
-           gib, reps);
+    printf("matvec: y = W x, W in LLaMA-7B FFN shapes %s, %.2f GiB of weights per type, best of %d passes, each followed by a plain read\n",
+           shape == "up" ? "4096x11008 (rows of 4096)" : shape == "down" ? "11008x4096 (rows of 11008)" : "4096x11008 / 11008x4096", gib,
+           reps);
     printf("cpu: %s; kernels: %s\n", cpu_model().c_str(), ggml_cpu_kernel_variant());
     if (cached)
         printf("--cached: 64 mat-vecs over one L2-resident 4096 x R matrix per type (the kernels' compute ceiling; "
@@ -261,7 +270,7 @@ int cmd_matvec(int argc, char **argv) {
         ggml_threadpool *tp = ggml_threadpool_new(nt);
         for (ggml_type t : tv)
             for (const auto &prec : precisions) {
-                const matvec_result r = bench_matvec(t, buf, bytes, tp, nt, reps, prec == "high", cached, cols);
+                const matvec_result r = bench_matvec(t, buf, bytes, tp, nt, reps, prec == "high", cached, cols, shape);
                 const double rd = r.read_gbs;
                 printf("%-8d %-6s %-5s %9d %12.2f %12.2f %6.0f%%", nt, ggml_type_name(t), prec.c_str(), r.n_mat, r.gbs, rd,
                        100.0 * r.gbs / rd);
@@ -394,7 +403,8 @@ int cmd_model(int argc, char **argv) {
 void usage() {
     fprintf(stderr,
             "usage: pinfer-bench matvec [--types f16,q8_0,q4_0,q4_K,q6_K] [--threads 1,2] [--gib 2] [--reps 5]\n"
-            "                           [--precision fast,high] [--cached] [--cols N]   (PINFER_CPU=avxvnni|avx2: the AVX2 kernels)\n"
+            "                           [--precision fast,high] [--cached] [--cols N] [--shape both|up|down]\n"
+            "                           (PINFER_CPU=avxvnni|avx2: the AVX2 kernels)\n"
             "       pinfer-bench model -m FILE [-p 64,512] [-n 64] [-t 2] [-r 3]\n");
 }
 
