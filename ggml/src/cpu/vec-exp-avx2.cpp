@@ -11,17 +11,11 @@ namespace {
 inline __m256 exp8(__m256 x) {
     // max(floor, x) keeps a NaN x (maxps returns its second operand then) and lifts -inf
     x = _mm256_max_ps(_mm256_set1_ps(-88.0f), x);
-    const __m256 t = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(t, _mm256_set1_ps(0.693145751953125f), x);  // ln2's high part: t * it is exact
-    r = _mm256_fnmadd_ps(t, _mm256_set1_ps(1.42860682030941723212e-6f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 5040);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256 t = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(GGML_EXP_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(t, _mm256_set1_ps(GGML_EXP_LN2_HI), x);
+    r = _mm256_fnmadd_ps(t, _mm256_set1_ps(GGML_EXP_LN2_LO), r);
+    __m256 p = _mm256_set1_ps(GGML_EXP_TAYLOR[0]);
+    for (int i = 1; i < 8; i++) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(GGML_EXP_TAYLOR[i]));
     // 2^t in the exponent field: t >= -127 after the floor, and t = -127 gives the bits of +0
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(t), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));

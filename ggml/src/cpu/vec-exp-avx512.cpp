@@ -14,17 +14,11 @@ namespace {
 inline __m512 exp16(__m512 x) {
     // max(floor, x) keeps a NaN x and lifts -inf: exp(-104) is below the smallest denormal
     x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);
-    const __m512 t = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(t, _mm512_set1_ps(0.693145751953125f), x);  // ln2's high part: t * it is exact
-    r = _mm512_fnmadd_ps(t, _mm512_set1_ps(1.42860682030941723212e-6f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    const __m512 t = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(GGML_EXP_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(t, _mm512_set1_ps(GGML_EXP_LN2_HI), x);
+    r = _mm512_fnmadd_ps(t, _mm512_set1_ps(GGML_EXP_LN2_LO), r);
+    __m512 p = _mm512_set1_ps(GGML_EXP_TAYLOR[0]);
+    for (int i = 1; i < 8; i++) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(GGML_EXP_TAYLOR[i]));
     return _mm512_scalef_ps(p, t);
 }
 

@@ -14,6 +14,13 @@
 
 typedef double (*ggml_exp_sum_t)(int64_t n, float *y, float m);
 
+// The SIMD families' constants: log2 e, ln 2 split so that t * its high part
+// is exact for the t of float exponents, and e^r's Taylor coefficients from
+// r^7 down to r^0, for Horner's scheme.
+static const float GGML_EXP_LOG2E = 1.44269504088896341f;
+static const float GGML_EXP_LN2_HI = 0.693145751953125f, GGML_EXP_LN2_LO = 1.42860682030941723212e-6f;
+static const float GGML_EXP_TAYLOR[8] = {1.0f / 5040, 1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f};
+
 double ggml_exp_sum_ref(int64_t n, float *y, float m);
 #if defined(__x86_64__) || defined(_M_X64)
 // Only call after checking the CPU supports the family.
