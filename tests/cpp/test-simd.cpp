@@ -533,6 +533,23 @@ int main() {
           want, cap ? cap : "");
     CHECK((strcmp(want, "scalar") != 0) == (ggml_cpu_q8x() != nullptr), "q8x kernels %s with family %s",
           ggml_cpu_q8x() ? "installed" : "missing", want);
+    {  // vendor and family as the kernel reports them (/proc/cpuinfo)
+        FILE *ci = fopen("/proc/cpuinfo", "r");
+        if (ci) {
+            char line[256], vendor[64] = "";
+            int family = -1;
+            while (fgets(line, sizeof line, ci) && (family < 0 || !vendor[0])) {
+                if (!vendor[0]) sscanf(line, "vendor_id : %63s", vendor);
+                if (family < 0) sscanf(line, "cpu family : %d", &family);
+            }
+            fclose(ci);
+            const ggml_cpu_features &f = *ggml_cpu_get_features();
+            CHECK(f.amd == (strcmp(vendor, "AuthenticAMD") == 0) && f.family == family, "cpu vendor %s family %d, detected amd=%d family %d",
+                  vendor, family, (int)f.amd, f.family);
+            printf("cpu: %s family %d (0x%X); weight prefetch: Q4_0 %d, Q8_0 %d bytes ahead\n", vendor, family, (unsigned)family,
+                   ggml_cpu_prefetch_ahead(GGML_TYPE_Q4_0), ggml_cpu_prefetch_ahead(GGML_TYPE_Q8_0));
+        }
+    }
     // the AMX tiles only at the amx level (the default), on a CPU with them, once the OS grants them
     const bool tiles = avx512 && allow >= 3 && (!cap || !*cap || strcmp(cap, "amx") == 0) && ggml_cpu_amx_request();
     CHECK(tiles == (ggml_cpu_amx() != nullptr), "AMX kernels %s (PINFER_CPU=%s)", ggml_cpu_amx() ? "installed" : "missing",

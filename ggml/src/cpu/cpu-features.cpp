@@ -25,6 +25,17 @@ static bool has_amx_int8() {
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     return (lo & (3u << 17)) == (3u << 17);
 }
+// Vendor and display family (leaf 0's vendor string, leaf 1's EAX): some
+// tuning (the weight prefetch distance) is measured per microarchitecture.
+static void vendor_family(bool *amd, int *family) {
+    unsigned a, b, c, d;
+    *amd = __get_cpuid(0, &a, &b, &c, &d) && b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // "Auth" "enti" "cAMD"
+    *family = 0;
+    if (__get_cpuid(1, &a, &b, &c, &d)) {
+        const int base = (int)((a >> 8) & 0xF), ext = (int)((a >> 20) & 0xFF);
+        *family = base == 0xF ? base + ext : base;
+    }
+}
 #if defined(__clang__) && __clang_major__ < 16
 static bool has_f16c() {
     unsigned a, b, c, d;
@@ -52,6 +63,7 @@ static ggml_cpu_features detect() {
     f.avx512bf16 = __builtin_cpu_supports("avx512bf16");
     f.avx512vbmi = __builtin_cpu_supports("avx512vbmi");
     f.amx_int8 = has_amx_int8();
+    vendor_family(&f.amd, &f.family);
 #endif
     return f;
 }

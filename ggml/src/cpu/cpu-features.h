@@ -6,6 +6,8 @@ struct ggml_cpu_features {
     bool avx2, fma, f16c, bmi2, avxvnni;
     bool avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16, avx512vbmi;
     bool amx_int8;  // AMX tiles with int8 products, and the OS keeps their state (XCR0)
+    bool amd;       // vendor "AuthenticAMD"
+    int family;     // CPUID display family (base + extended): 0x1A for AMD Zen 5
 };
 
 // All false off x86-64.

@@ -274,7 +274,7 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
     struct prefetch_scope {
         explicit prefetch_scope(int d) { ggml_prefetch_distance = d; }
         ~prefetch_scope() { ggml_prefetch_distance = 0; }
-    } prefetch(by_rows ? GGML_PREFETCH_AHEAD : 0);
+    } prefetch(by_rows ? ggml_cpu_prefetch_ahead(a->type) : 0);
     if (p.q8x_dot) {
         // Columns go in fixed tiles of QCOLS from column 0 (a column split
         // moves whole tiles), so every element is computed the same way

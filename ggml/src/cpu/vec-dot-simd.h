@@ -41,7 +41,8 @@ ggml_vec_dot2_t ggml_cpu_dot_resid(enum ggml_type t);
 // next row is elsewhere) prefetches nothing.
 // (An asm statement: with GCC 12 at -O2 no prefetch instruction was left in
 // the compiled q8x kernels when this used __builtin_prefetch; the asm stays.)
-#define GGML_PREFETCH_AHEAD 4096
+// The distance for a dense stream of weight type t on this CPU (bytes).
+int ggml_cpu_prefetch_ahead(enum ggml_type t);
 extern __thread int ggml_prefetch_distance __attribute__((tls_model("initial-exec")));
 static inline void ggml_prefetch_line(const char *p) {
 #if defined(__x86_64__)
