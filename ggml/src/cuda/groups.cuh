@@ -117,52 +117,35 @@ template <>
 struct g8_of<f16_t> : g8_16bit<false> {};
 template <>
 struct g8_of<bf16_t> : g8_16bit<true> {};
-template <>
-struct g8_of<q4_0_t> {  // d, qs[16]
-    static constexpr bool ok = true, MIN = false, SCALE = true;
-    static constexpr int QKG = 32, GB = 18, G = 4, HALF = 16, ALIGN = 2;
-    PCUDA_HD static void group(const uint8_t *b, int s, float *q, float &d, float &) {
-        const uint32_t v = g8::ld32(b + 2 + 4 * s);
-        g8::bytes4<0>(v & 0x0f0f0f0fu, g8::MAGIC + 8, q);
-        g8::bytes4<4>((v >> 4) & 0x0f0f0f0fu, g8::MAGIC + 8, q);
-        d = g8::half_at(b);
-    }
-};
-template <>
-struct g8_of<q4_1_t> {  // d, m, qs[16]
-    static constexpr bool ok = true, MIN = true, SCALE = true;
-    static constexpr int QKG = 32, GB = 20, G = 4, HALF = 16, ALIGN = 2;
+// The 32-element nibble formats: d at 0, a stored minimum at M (-1: none),
+// the fifth bits at QH (-1: none), the nibbles at QS; u - ZERO is the value
+// (the fifth bit adds 16).
+template <int GB_, int M, int QH, int QS, int ZERO>
+struct g8_nibbles {
+    static constexpr bool ok = true, MIN = M >= 0, SCALE = true;
+    static constexpr int QKG = 32, GB = GB_, G = 4, HALF = 16, ALIGN = 2;
     PCUDA_HD static void group(const uint8_t *b, int s, float *q, float &d, float &mn) {
-        const uint32_t v = g8::ld32(b + 4 + 4 * s);
-        g8::bytes4<0>(v & 0x0f0f0f0fu, g8::MAGIC, q);
-        g8::bytes4<4>((v >> 4) & 0x0f0f0f0fu, g8::MAGIC, q);
+        const uint32_t v = g8::ld32(b + QS + 4 * s);
+        uint32_t lo = v & 0x0f0f0f0fu, hi = (v >> 4) & 0x0f0f0f0fu;
+        if constexpr (QH >= 0) {
+            const uint32_t h = g8::ld32(b + QH);
+            lo |= g8::spread4(h >> (4 * s));
+            hi |= g8::spread4(h >> (16 + 4 * s));
+        }
+        g8::bytes4<0>(lo, g8::MAGIC + ZERO, q);
+        g8::bytes4<4>(hi, g8::MAGIC + ZERO, q);
         d = g8::half_at(b);
-        mn = g8::half_at(b + 2);
+        if constexpr (M >= 0) mn = g8::half_at(b + M);
     }
 };
 template <>
-struct g8_of<q5_0_t> {  // d, qh[4], qs[16]
-    static constexpr bool ok = true, MIN = false, SCALE = true;
-    static constexpr int QKG = 32, GB = 22, G = 4, HALF = 16, ALIGN = 2;
-    PCUDA_HD static void group(const uint8_t *b, int s, float *q, float &d, float &) {
-        const uint32_t v = g8::ld32(b + 6 + 4 * s), h = g8::ld32(b + 2);
-        g8::bytes4<0>((v & 0x0f0f0f0fu) | g8::spread4(h >> (4 * s)), g8::MAGIC + 16, q);
-        g8::bytes4<4>(((v >> 4) & 0x0f0f0f0fu) | g8::spread4(h >> (16 + 4 * s)), g8::MAGIC + 16, q);
-        d = g8::half_at(b);
-    }
-};
+struct g8_of<q4_0_t> : g8_nibbles<18, -1, -1, 2, 8> {};  // d, qs[16]
 template <>
-struct g8_of<q5_1_t> {  // d, m, qh[4], qs[16]
-    static constexpr bool ok = true, MIN = true, SCALE = true;
-    static constexpr int QKG = 32, GB = 24, G = 4, HALF = 16, ALIGN = 2;
-    PCUDA_HD static void group(const uint8_t *b, int s, float *q, float &d, float &mn) {
-        const uint32_t v = g8::ld32(b + 8 + 4 * s), h = g8::ld32(b + 4);
-        g8::bytes4<0>((v & 0x0f0f0f0fu) | g8::spread4(h >> (4 * s)), g8::MAGIC, q);
-        g8::bytes4<4>(((v >> 4) & 0x0f0f0f0fu) | g8::spread4(h >> (16 + 4 * s)), g8::MAGIC, q);
-        d = g8::half_at(b);
-        mn = g8::half_at(b + 2);
-    }
-};
+struct g8_of<q4_1_t> : g8_nibbles<20, 2, -1, 4, 0> {};  // d, m, qs[16]
+template <>
+struct g8_of<q5_0_t> : g8_nibbles<22, -1, 2, 6, 16> {};  // d, qh[4], qs[16]
+template <>
+struct g8_of<q5_1_t> : g8_nibbles<24, 2, 4, 8, 0> {};  // d, m, qh[4], qs[16]
 template <>
 struct g8_of<q8_0_t> {  // d, qs[32] (int8: the sign bit flipped makes b + 128)
     static constexpr bool ok = true, MIN = false, SCALE = true;
@@ -204,15 +187,24 @@ struct g8_of<q3_K_t> {  // hmask[32], qs[64], scales[12], d
         d = g8::half_at(b + 108) * (float)scale_k3(b + 96, s >> 1);
     }
 };
-template <>
-struct g8_of<q4_K_t> {  // d, dmin, scales[12], qs[128]
+// q4_K (d, dmin, scales[12], qs[128]) and q5_K (the same with qh[32] before
+// qs: a fifth bit per element, bit s / 4 of its qh byte).
+template <bool Q5>
+struct g8_k45 {
     static constexpr bool ok = true, MIN = true, SCALE = true;
-    static constexpr int QKG = 256, GB = 144, G = 32, HALF = 4, ALIGN = 2;
+    static constexpr int QKG = 256, GB = Q5 ? 176 : 144, G = 32, HALF = 4, ALIGN = 2;
     PCUDA_HD static void group(const uint8_t *b, int s, float *q, float &d, float &mn) {
-        const uint8_t *qs = b + 16 + 32 * (s >> 3) + 8 * (s & 3);
+        const uint8_t *qs = b + (Q5 ? 48 : 16) + 32 * (s >> 3) + 8 * (s & 3);
         const int sh = 4 * ((s >> 2) & 1);
-        g8::bytes4<0>((g8::ld32(qs) >> sh) & 0x0f0f0f0fu, g8::MAGIC, q);
-        g8::bytes4<4>((g8::ld32(qs + 4) >> sh) & 0x0f0f0f0fu, g8::MAGIC, q);
+        uint32_t v0 = (g8::ld32(qs) >> sh) & 0x0f0f0f0fu, v1 = (g8::ld32(qs + 4) >> sh) & 0x0f0f0f0fu;
+        if constexpr (Q5) {
+            const uint8_t *qh = b + 16 + 8 * (s & 3);
+            const int hb = s >> 2;
+            v0 |= ((g8::ld32(qh) >> hb) & 0x01010101u) << 4;
+            v1 |= ((g8::ld32(qh + 4) >> hb) & 0x01010101u) << 4;
+        }
+        g8::bytes4<0>(v0, g8::MAGIC, q);
+        g8::bytes4<4>(v1, g8::MAGIC, q);
         int sc, m;
         scale_k4(b + 4, s >> 2, &sc, &m);
         d = g8::half_at(b) * (float)sc;
@@ -220,20 +212,9 @@ struct g8_of<q4_K_t> {  // d, dmin, scales[12], qs[128]
     }
 };
 template <>
-struct g8_of<q5_K_t> {  // d, dmin, scales[12], qh[32], qs[128]
-    static constexpr bool ok = true, MIN = true, SCALE = true;
-    static constexpr int QKG = 256, GB = 176, G = 32, HALF = 4, ALIGN = 2;
-    PCUDA_HD static void group(const uint8_t *b, int s, float *q, float &d, float &mn) {
-        const uint8_t *qs = b + 48 + 32 * (s >> 3) + 8 * (s & 3), *qh = b + 16 + 8 * (s & 3);
-        const int sh = 4 * ((s >> 2) & 1), hb = s >> 2;
-        g8::bytes4<0>(((g8::ld32(qs) >> sh) & 0x0f0f0f0fu) | (((g8::ld32(qh) >> hb) & 0x01010101u) << 4), g8::MAGIC, q);
-        g8::bytes4<4>(((g8::ld32(qs + 4) >> sh) & 0x0f0f0f0fu) | (((g8::ld32(qh + 4) >> hb) & 0x01010101u) << 4), g8::MAGIC, q);
-        int sc, m;
-        scale_k4(b + 4, s >> 2, &sc, &m);
-        d = g8::half_at(b) * (float)sc;
-        mn = -(g8::half_at(b + 2) * (float)m);
-    }
-};
+struct g8_of<q4_K_t> : g8_k45<false> {};
+template <>
+struct g8_of<q5_K_t> : g8_k45<true> {};
 template <>
 struct g8_of<q6_K_t> {  // ql[128], qh[64], scales[16] (int8), d
     static constexpr bool ok = true, MIN = false, SCALE = true;
