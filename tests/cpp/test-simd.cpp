@@ -404,7 +404,7 @@ static void test_q8x_gemm(const char *family, const table &ref, const ggml_q8x_k
             CHECK(dot[ti] && q->unpack[ti], "%s gemm %s without its one-row kernel or unpacker", family, core(t).name);
             if (!dot[ti] || !q->unpack[ti]) continue;
             int cases = 0;
-            for (int64_t nb : {1, 3, 4, 5, 9, 16, 18, 48}) {
+            for (int64_t nb : {1, 3, 4, 5, 9, 16, 18, 40, 48, 72}) {
                 const int64_t n = 32 * nb;
                 if (n % ggml_blck_size(t)) continue;
                 const size_t xs = ggml_row_size(t, n) + 40;  // a stride larger than the row

@@ -168,6 +168,143 @@ __attribute__((always_inline)) inline void q8x_tile(int64_t ng, int64_t nfull, L
         }
 }
 
+// The fixed-offset types without split halves (q4_0, q5_0, q8_0) take the
+// folded form of the tile, q8x_tile_fold: a block's four lanes are summed in
+// the integers before the float step, so that the scale multiplications run
+// once per block and column instead of once per lane (the prompt kernel was
+// bound by them: about 30% of its multiply-pipe work). Per weight row and
+// set of four columns, the columns' integer sums are folded into one register,
+// lane 4 b + c holding block b of column c (unpack and add, on the shuffle
+// and integer pipes), then one fmsub and one fma for the four columns, into
+// one accumulator. A set of one column folds its register onto itself (two
+// shuffles: every lane of block b holds the block's sum), and the mat-vec
+// folds two groups into one register (pair, below). Every way, an element's
+// float arithmetic is, per group and block: f = round(S dy)
+// from the exact integer sum S (the magic bits, started in lane 4 b only), acc
+// += f d; and the result is (b0 + b2) + (b1 + b3) of the four block lanes: the
+// same bits whatever NR, NC and the thread split are.
+template <int S, bool SPLIT>
+constexpr bool folded_tile() { return S >= 0 && !SPLIT; }
+// The float step f = round(S dy): the register tiles (NR > 1) through the
+// magic bits (one fmsub a row, the product FM dy shared by the rows) where a
+// block's |S| < 2^22 (q8x; q8xh only for |u + o| <= 8, q4_0), otherwise, and
+// in the one-row kernel (one op less a group), a conversion and a multiply:
+// the same value (the conversion is exact for |S| < 2^24, all but q8_0's q8xh
+// sums, which both kernels then round alike).
+template <int S, int NR, int NC, bool H, class Load>
+__attribute__((always_inline)) inline void q8x_tile_fold(int64_t ng, int64_t nfull, Load &&load, const uint8_t *y0, size_t ys, float *s,
+                                                         size_t ss, float *accv, int flags) {
+    constexpr size_t GROUP = H ? GGML_Q8XH_GROUP : GGML_Q8X_GROUP;
+    constexpr size_t DY = H ? 256 : 128, NS = DY + 64;
+    constexpr bool MAGIC = NR > 1 && (!H || S <= 3);
+    constexpr int SETS = (NC + 3) / 4;
+    constexpr float FM = 12582912.0f;  // 1.5 2^23, bits 0x4B400000
+    // the magic bits in lane 4 b of each block only: the fold adds them once
+    const __m512i magic0 = _mm512_maskz_mov_epi32(0x1111, _mm512_set1_epi32(MAGIC ? 0x4B400000 : 0));
+    __m512 acc[NR][SETS];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 2
+        for (int t = 0; t < SETS; t++)
+            acc[r][t] = flags & GGML_Q8X_ACC_FIRST ? _mm512_setzero_ps() : _mm512_load_ps(accv + 16 * (r * SETS + t));
+    // one group of one row and column: per lane, the integer dot from init
+    auto dot = [&](const q8x_wgroup &w, const uint8_t *yc, __m512i init) __attribute__((always_inline)) {
+        const __m512i qa = _mm512_loadu_si512(yc), qb = _mm512_loadu_si512(yc + 64);
+        if (!H) return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, w.ua, qa), w.ub, qb);
+        // 128 dot(u, q) + dot(u, q2) + offset, as q8x_tile
+        const __m512i p1 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w.ua, qa), w.ub, qb);
+        const __m512i p2 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, w.ua, _mm512_loadu_si512(yc + 128)), w.ub, _mm512_loadu_si512(yc + 192));
+        return _mm512_add_epi32(_mm512_slli_epi32(p1, 7), p2);
+    };
+    auto start = [&](const uint8_t *yc) __attribute__((always_inline)) {
+        const __m512i i = _mm512_slli_epi32(_mm512_loadu_si512(yc + NS), S);
+        return MAGIC ? _mm512_add_epi32(i, magic0) : i;
+    };
+    // The mat-vec (one row, one column) folds two groups at a time into one
+    // register (lanes 4 b and 4 b + 1: groups g and g + 1, five ops where
+    // each group alone takes four) and runs the float steps of both on it:
+    // lane 4 b takes group g's, then, the register's lanes swapped, g + 1's.
+    auto pair = [&](int64_t g, auto full) __attribute__((always_inline)) {
+        q8x_wgroup w0, w1;
+        load(0, g, &w0, full);
+        load(0, g + 1, &w1, full);
+        const uint8_t *ya = y0 + g * GROUP, *yb = ya + GROUP;
+        const __m512i p0 = dot(w0, ya, start(ya)), p1 = dot(w1, yb, start(yb));
+        __m512i sum = _mm512_add_epi32(_mm512_unpacklo_epi32(p0, p1), _mm512_unpackhi_epi32(p0, p1));
+        sum = _mm512_add_epi32(sum, _mm512_shuffle_epi32(sum, _MM_PERM_BADC));
+        const __m512 dy = _mm512_mask_blend_ps(0xAAAA, _mm512_loadu_ps((const float *)(ya + DY)), _mm512_loadu_ps((const float *)(yb + DY)));
+        const __m512 dm = _mm512_mul_ps(dy, _mm512_set1_ps(FM));
+        const __m512 f = MAGIC ? _mm512_fmsub_ps(_mm512_castsi512_ps(sum), dy, dm) : _mm512_mul_ps(_mm512_cvtepi32_ps(sum), dy);
+        acc[0][0] = _mm512_fmadd_ps(f, w0.d, acc[0][0]);
+        acc[0][0] = _mm512_fmadd_ps(_mm512_permute_ps(f, 0xB1), w1.d, acc[0][0]);
+    };
+    auto step = [&](int64_t g, auto full) __attribute__((always_inline)) {
+        q8x_wgroup w[NR];
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) load(r, g, &w[r], full);
+        const uint8_t *yg = y0 + g * GROUP;
+#pragma GCC unroll 2
+        for (int t = 0; t < SETS; t++) {
+            const int n = NC - 4 * t < 4 ? NC - 4 * t : 4;  // columns in this set
+            const uint8_t *yc[4];
+            __m512i init[4];
+            __m512 dy = _mm512_setzero_ps();  // lane 4 b + c: column c's scale of block b (one column: every lane its own)
+#pragma GCC unroll 4
+            for (int c = 0; c < n; c++) {
+                yc[c] = yg + (4 * t + c) * ys;
+                init[c] = start(yc[c]);
+                const __m512 dyc = _mm512_loadu_ps((const float *)(yc[c] + DY));
+                dy = c == 0 ? dyc : _mm512_mask_blend_ps((__mmask16)(0x1111 << c), dy, dyc);
+            }
+            const __m512 dm = _mm512_mul_ps(dy, _mm512_set1_ps(FM));
+#pragma GCC unroll 8
+            for (int r = 0; r < NR; r++) {
+                __m512i p[4];
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) {
+                    if (c >= n) {
+                        p[c] = _mm512_setzero_si512();
+                        continue;
+                    }
+                    p[c] = dot(w[r], yc[c], init[c]);
+                }
+                __m512i sum;
+                if (n == 1) {  // onto itself: lanes k and k ^ 2, then k and k ^ 1
+                    sum = _mm512_add_epi32(p[0], _mm512_shuffle_epi32(p[0], _MM_PERM_BADC));
+                    sum = _mm512_add_epi32(sum, _mm512_shuffle_epi32(sum, _MM_PERM_CDAB));
+                } else {  // per block: column pairs' lanes k + (k ^ 2), then the columns' totals side by side
+                    const __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(p[0], p[1]), _mm512_unpackhi_epi32(p[0], p[1]));
+                    const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(p[2], p[3]), _mm512_unpackhi_epi32(p[2], p[3]));
+                    sum = _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
+                }
+                const __m512 f = MAGIC ? _mm512_fmsub_ps(_mm512_castsi512_ps(sum), dy, dm) : _mm512_mul_ps(_mm512_cvtepi32_ps(sum), dy);
+                acc[r][t] = _mm512_fmadd_ps(f, w[r].d, acc[r][t]);
+            }
+        }
+    };
+    int64_t g = 0;
+    if (NR == 1 && NC == 1)
+        for (; g + 2 <= nfull; g += 2) pair(g, std::true_type());
+    for (; g < nfull; g++) step(g, std::true_type());
+    for (; g < ng; g++) step(g, std::false_type());
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 2
+        for (int t = 0; t < SETS; t++) {
+            if (!(flags & GGML_Q8X_ACC_LAST)) {
+                _mm512_store_ps(accv + 16 * (r * SETS + t), acc[r][t]);
+                continue;
+            }
+            // lane c: (b0 + b2) + (b1 + b3) of column c
+            const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc[r][t]), _mm512_extractf32x8_ps(acc[r][t], 1));
+            float v[4];
+            _mm_storeu_ps(v, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+            const int n = NC - 4 * t < 4 ? NC - 4 * t : 4;
+#pragma GCC unroll 4
+            for (int c = 0; c < n; c++) *(float *)((char *)(s + r) + (4 * t + c) * ss) = v[c];
+        }
+}
+
 // Whether a loader's blocks have halves with their own scales (X::SPLIT).
 template <class X>
 constexpr auto split_of(int) -> decltype(X::SPLIT, bool()) { return X::SPLIT; }
@@ -241,7 +378,11 @@ template <class X, int NC, bool H>
 void dot_q8x(int64_t k, const void *vx, const void *vy, size_t ys, float *s, size_t ss) {
     const row_reader<X> row(vx, k);
     auto load = [&](int, int64_t g, q8x_wgroup *w, auto full) { row(g, w, full); };
-    q8x_tile<X::S, 1, NC, H, wide_quants<X>(), split_of<X>(0)>(row.ng, row.nfull(), load, (const uint8_t *)vy, ys, s, ss);
+    if constexpr (folded_tile<X::S, split_of<X>(0)>())
+        q8x_tile_fold<X::S, 1, NC, H>(row.ng, row.nfull(), load, (const uint8_t *)vy, ys, s, ss, nullptr,
+                                                        GGML_Q8X_ACC_FIRST | GGML_Q8X_ACC_LAST);
+    else
+        q8x_tile<X::S, 1, NC, H, wide_quants<X>(), split_of<X>(0)>(row.ng, row.nfull(), load, (const uint8_t *)vy, ys, s, ss);
 }
 
 // One weight row against nc (1..8) activation rows.
@@ -289,8 +430,11 @@ void gemm_q8xu(int64_t ng, const void *vu, size_t us, const void *vy, size_t ys,
         w->d = _mm512_load_ps(&u->d);
         if (X::S < 0 || split_of<X>(0)) w->m = _mm512_load_ps(&u->m);
     };
-    q8x_tile<X::S, GGML_Q8X_GEMM_ROWS, NC, H, wide_quants<X>(), split_of<X>(0)>(ng, ng, load, (const uint8_t *)vy, ys, s, ss, acc,
-                                                                                  flags);
+    if constexpr (folded_tile<X::S, split_of<X>(0)>())
+        q8x_tile_fold<X::S, GGML_Q8X_GEMM_ROWS, NC, H>(ng, ng, load, (const uint8_t *)vy, ys, s, ss, acc, flags);
+    else
+        q8x_tile<X::S, GGML_Q8X_GEMM_ROWS, NC, H, wide_quants<X>(), split_of<X>(0)>(ng, ng, load, (const uint8_t *)vy, ys, s, ss, acc,
+                                                                                      flags);
 }
 template <class X, bool H = false>
 void gemm_q8x_n(int64_t ng, const void *u, size_t us, const void *y, size_t ys, float *acc, float *s, size_t ss, int nc, int flags) {
