@@ -281,7 +281,8 @@ void vec_dot_q6_K_q8_K(int64_t n, float *s, const void *x, const void *y) { dot_
 
 // Weight-side unpacking of four blocks into the q8x order, two registers a
 // half: u[h] (low halves of blocks 2h, 2h+1), v[h] (high halves), d and m per
-// lane (lane l of half h: block 2h + l / 4). S: the fixed offset shift
+// lane (lane l of half h: block 2h + l / 4; the folded tiles' types: d in
+// their order, d4x_folded). S: the fixed offset shift
 // (weight = d (u - 2^S)), -1 with a stored minimum (d u + m); SIGNED: int8
 // weights (q8_0), which maddubs takes as |w| against sign(w) y.
 inline __m256 lanes4x(__m128 v, int h) {
@@ -340,6 +341,13 @@ inline void d4x(const B *x, __m256 *d) {
     d[0] = lanes4x(f, 0);
     d[1] = lanes4x(f, 1);
 }
+// The folded tiles' order (q8x_tile2_fold): lane L of a 128-bit lane holds
+// block L's scale at positions 0 and 2, block 2 + L's at 1 and 3; d[1] the same.
+template <class B>
+inline void d4x_folded(const B *x, __m256 *d) {
+    const __m128 f = fp16x4_avx2(x[0].d, x[1].d, x[2].d, x[3].d);
+    d[0] = d[1] = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(f), _mm256_setr_epi32(0, 2, 0, 2, 1, 3, 1, 3));
+}
 template <class B>
 inline void m4x(const B *x, __m256 *m) {
     const __m128 f = fp16x4_avx2(x[0].m, x[1].m, x[2].m, x[3].m);
@@ -351,7 +359,7 @@ struct X2_q4_0 {
     using B = block_q4_0;
     static constexpr int S = 3;
     static constexpr bool SIGNED = false;
-    static void load(const B *x, __m256i *u, __m256i *v, __m256 *d, __m256 *) { nibbles4x(x, u, v); d4x(x, d); }
+    static void load(const B *x, __m256i *u, __m256i *v, __m256 *d, __m256 *) { nibbles4x(x, u, v); d4x_folded(x, d); }
 };
 struct X2_q4_1 {
     using B = block_q4_1;
@@ -363,7 +371,7 @@ struct X2_q5_0 {
     using B = block_q5_0;
     static constexpr int S = 4;
     static constexpr bool SIGNED = false;
-    static void load(const B *x, __m256i *u, __m256i *v, __m256 *d, __m256 *) { nibbles4x(x, u, v); high4x(x, u, v); d4x(x, d); }
+    static void load(const B *x, __m256i *u, __m256i *v, __m256 *d, __m256 *) { nibbles4x(x, u, v); high4x(x, u, v); d4x_folded(x, d); }
 };
 struct X2_q5_1 {
     using B = block_q5_1;
@@ -593,6 +601,20 @@ __attribute__((always_inline)) inline void load_group2(const typename X::B *x, i
     }
 }
 
+// Unsigned quants (u <= 31): dot(u, y0) + dot(v, y1) in s32 lanes of four,
+// times 128 when hi (the q8xh row's q), plus i: started at i with VNNI (then
+// from 0 when hi), otherwise with i added. Without VNNI each maddubs pair is
+// at most 2 * 31 * 127, so the two pair vectors add exactly in s16 before one
+// madd, which takes the multiplier too.
+__attribute__((always_inline)) inline __m256i udot8(__m256i u, __m256i v, __m256i y0, __m256i y1, bool hi, __m256i i) {
+    if (GGML_AVX2_VNNI) {
+        const __m256i p = dpbusd(dpbusd(hi ? _mm256_setzero_si256() : i, u, y0), v, y1);
+        return hi ? _mm256_add_epi32(_mm256_slli_epi32(p, 7), i) : p;
+    }
+    const __m256i p = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(u, y0), _mm256_maddubs_epi16(v, y1)), _mm256_set1_epi16(hi ? 128 : 1));
+    return _mm256_add_epi32(p, i);
+}
+
 // The q8x tile core of this family, as q8x_tile (q8x-dot.h) 256 bits at a
 // time: NR weight rows against NC activation rows (one activation group and
 // its scales loaded once for all NR rows, a weight group once for all NC
@@ -654,24 +676,15 @@ __attribute__((always_inline)) inline void q8x_tile2(int64_t ng, Load &&load, co
                 }
                 for (int r = 0; r < NR; r++) {
                     const __m256i u = w[r]->u[h], v = w[r]->v[h];
-                    // dot(u, y[o0]) + dot(v, y[o1]) in s32 lanes of four, started at i
-                    // (VNNI) or with i added, times 128 for the q8xh row (then from 0).
-                    // Without VNNI, unsigned quants (u <= 31): each maddubs pair is at
-                    // most 2 * 31 * 127, so the two pair vectors add exactly in s16
-                    // before one madd, which takes the multiplier too.
+                    // dot(u, y[o0]) + dot(v, y[o1]) in s32 lanes of four plus i, the
+                    // dot times 128 for the q8xh row (hi)
                     auto dot8 = [&](size_t o0, size_t o1, bool hi, __m256i i) {
                         if (X::SIGNED) {  // int8 weights: |w| against sign(w) y
                             const __m256i p = dpbusd(dpbusd(_mm256_setzero_si256(), au[r][h], _mm256_sign_epi8(ld(o0), u)), av[r][h],
                                                      _mm256_sign_epi8(ld(o1), v));
                             return _mm256_add_epi32(hi ? _mm256_slli_epi32(p, 7) : p, i);
                         }
-                        if (GGML_AVX2_VNNI) {
-                            const __m256i p = dpbusd(dpbusd(hi ? _mm256_setzero_si256() : i, u, ld(o0)), v, ld(o1));
-                            return hi ? _mm256_add_epi32(_mm256_slli_epi32(p, 7), i) : p;
-                        }
-                        const __m256i p = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(u, ld(o0)), _mm256_maddubs_epi16(v, ld(o1))),
-                                                            _mm256_set1_epi16(hi ? 128 : 1));
-                        return _mm256_add_epi32(p, i);
+                        return udot8(u, v, ld(o0), ld(o1), hi, i);
                     };
                     if (SPLIT) {  // one register's dot (y at o, the q8xh residual at o2), started at i
                         auto dot4 = [&](__m256i q, size_t o, size_t o2, __m256i i) {
@@ -706,6 +719,97 @@ __attribute__((always_inline)) inline void q8x_tile2(int64_t ng, Load &&load, co
         }
 }
 
+// The fixed-offset types without split halves, unsigned (q4_0, q5_0), take
+// the folded form of the tile, as the AVX-512 family (q8x_tile_fold): the
+// integer sums of a block's four lanes are added before the float step, so
+// that it runs once per block and column instead of once per lane (the
+// multiply-class pipes, which the integer dots also take, were the prompt
+// kernel's limit). A column's two half registers fold into one, lane L of a
+// 128-bit lane: block L at positions 0 and 2, block 2 + L at 1 and 3 (unpack
+// and add); a pair of columns folds into one register, the second column at
+// positions 2 and 3, a column alone onto itself (a shuffle and an add). Per
+// group and block: f = round(S dy) from the exact integer sum S (by the magic
+// bits where |S| < 2^22: q8x, and q8xh for |u + o| <= 8; otherwise a
+// conversion, exact for |S| < 2^24, and a multiply: the same value), acc +=
+// f d; the result (b0 + b1) + (b2 + b3) of the block lanes: the same bits
+// whatever NR, NC and the tile are. The offsets (ns << S) fold once per
+// column and group, outside the rows.
+template <class X>
+constexpr bool folded_tile2() { return X::S >= 0 && !split_halves<X>::value && !X::SIGNED; }
+template <class X, int NR, int NC, bool H, class Load>
+__attribute__((always_inline)) inline void q8x_tile2_fold(int64_t ng, Load &&load, const uint8_t *y0, size_t ys, float *s, size_t ss,
+                                                          float *accv, int ars, int flags) {
+    constexpr size_t GROUP = H ? GGML_Q8XH_GROUP : GGML_Q8X_GROUP;
+    constexpr size_t DY = H ? 256 : 128, NS = DY + 64;
+    constexpr bool MAGIC = !H || X::S <= 3;
+    constexpr int SETS = (NC + 1) / 2;
+    const __m256i magic = _mm256_set1_epi32(MAGIC ? 0x4B400000 : 0);
+    __m256 acc[NR][SETS];
+    for (int r = 0; r < NR; r++)
+        for (int t = 0; t < SETS; t++) acc[r][t] = flags & GGML_Q8X_ACC_FIRST ? _mm256_setzero_ps() : _mm256_load_ps(accv + 16 * (r * ars + 2 * t));
+    // a column's halves: positions k and k ^ 2 of each, side by side
+    auto halves = [](__m256i a, __m256i b) { return _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b)); };
+    // two columns' folded halves into one register, or one onto itself
+    auto pair = [](__m256i a, __m256i b) { return _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b)); };
+    auto self = [](__m256i a) { return _mm256_add_epi32(a, _mm256_shuffle_epi32(a, _MM_SHUFFLE(1, 0, 3, 2))); };
+    for (int64_t g = 0; g < ng; g++) {
+        wgroup2 tmp[NR];
+        const wgroup2 *w[NR];
+        for (int r = 0; r < NR; r++) w[r] = load(r, g, &tmp[r]);
+        const uint8_t *yg = y0 + g * GROUP;
+        for (int t = 0; t < SETS; t++) {
+            const int n = NC - 2 * t < 2 ? 1 : 2;  // columns in this set
+            const uint8_t *yc[2] = {yg + 2 * t * ys, yg + (2 * t + n - 1) * ys};
+            auto ld = [&](int c, size_t off) { return _mm256_loadu_si256((const __m256i *)(yc[c] + off)); };
+            auto ldf = [&](int c, size_t off) { return _mm256_loadu_ps((const float *)(yc[c] + off)); };
+            auto offs = [&](int c, int h) { return _mm256_slli_epi32(ld(c, NS + 32 * h), X::S); };
+            // the scales in the folded order, and (more than one row, or a pair) the offsets folded with the magic bits
+            __m256 dy;
+            __m256i off = _mm256_setzero_si256();
+            const bool early = NR == 1 && n == 1;  // one row and column: the offsets (magic in one lane a block) join before the fold
+            if (n == 2) {
+                const __m256 a = _mm256_blend_ps(ldf(0, DY), ldf(0, DY + 32), 0x22), b = _mm256_blend_ps(ldf(1, DY), ldf(1, DY + 32), 0x88);
+                dy = _mm256_blend_ps(a, b, 0xCC);
+                off = _mm256_add_epi32(pair(halves(offs(0, 0), offs(0, 1)), halves(offs(1, 0), offs(1, 1))), magic);
+            } else {
+                dy = _mm256_unpacklo_ps(ldf(0, DY), ldf(0, DY + 32));
+                if (!early) off = _mm256_add_epi32(self(halves(offs(0, 0), offs(0, 1))), magic);
+            }
+            const __m256 dm = _mm256_mul_ps(dy, _mm256_set1_ps(12582912.0f));  // 1.5 2^23 dy, exact
+            for (int r = 0; r < NR; r++) {
+                auto dot = [&](int c, int h, __m256i i) {  // half h of column c, plus i
+                    const __m256i u = w[r]->u[h], v = w[r]->v[h];
+                    if (!H) return udot8(u, v, ld(c, 32 * h), ld(c, 64 + 32 * h), false, i);
+                    return udot8(u, v, ld(c, 32 * h), ld(c, 64 + 32 * h), true, udot8(u, v, ld(c, 128 + 32 * h), ld(c, 192 + 32 * h), false, i));
+                };
+                __m256i sum;
+                if (early) {
+                    const __m256i m = _mm256_blend_epi32(_mm256_setzero_si256(), magic, 0x11);
+                    sum = self(halves(dot(0, 0, _mm256_add_epi32(offs(0, 0), m)), dot(0, 1, _mm256_add_epi32(offs(0, 1), m))));
+                } else {
+                    const __m256i z = _mm256_setzero_si256();
+                    const __m256i f0 = halves(dot(0, 0, z), dot(0, 1, z));
+                    sum = _mm256_add_epi32(n == 2 ? pair(f0, halves(dot(1, 0, z), dot(1, 1, z))) : self(f0), off);
+                }
+                const __m256 f = MAGIC ? _mm256_fmsub_ps(_mm256_castsi256_ps(sum), dy, dm) : _mm256_mul_ps(_mm256_cvtepi32_ps(sum), dy);
+                acc[r][t] = _mm256_fmadd_ps(f, w[r]->d[0], acc[r][t]);
+            }
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int t = 0; t < SETS; t++) {
+            if (!(flags & GGML_Q8X_ACC_LAST)) {
+                _mm256_store_ps(accv + 16 * (r * ars + 2 * t), acc[r][t]);
+                continue;
+            }
+            // column 0 of the set: (b0 + b1) + (b2 + b3) at 0, column 1 at 2
+            const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[r][t]), _mm256_extractf128_ps(acc[r][t], 1));
+            const __m128 v = _mm_add_ps(h, _mm_movehdup_ps(h));
+            *(float *)((char *)(s + r) + 2 * t * ss) = _mm_cvtss_f32(v);
+            if (NC - 2 * t >= 2) *(float *)((char *)(s + r) + (2 * t + 1) * ss) = _mm_cvtss_f32(_mm_movehl_ps(v, v));
+        }
+}
+
 // One weight row in its own format against NC (1..4) activation rows.
 template <class X, int NC, bool H>
 void dot_q8x_avx2(int64_t k, const void *vx, const void *vy, size_t ys, float *s, size_t ss) {
@@ -715,7 +819,10 @@ void dot_q8x_avx2(int64_t k, const void *vx, const void *vy, size_t ys, float *s
         load_group2<X>(x, nb, g, w);
         return (const wgroup2 *)w;
     };
-    q8x_tile2<X, 1, NC, H>(ng, load, (const uint8_t *)vy, ys, s, ss, nullptr, 0, GGML_Q8X_ACC_FIRST | GGML_Q8X_ACC_LAST);
+    if constexpr (folded_tile2<X>())
+        q8x_tile2_fold<X, 1, NC, H>(ng, load, (const uint8_t *)vy, ys, s, ss, nullptr, 0, GGML_Q8X_ACC_FIRST | GGML_Q8X_ACC_LAST);
+    else
+        q8x_tile2<X, 1, NC, H>(ng, load, (const uint8_t *)vy, ys, s, ss, nullptr, 0, GGML_Q8X_ACC_FIRST | GGML_Q8X_ACC_LAST);
 }
 
 // A weight row unpacked once, group by group (ggml_q8x_unpacked_size), for
@@ -738,6 +845,14 @@ void unpack_q8x_avx2(int64_t k, const void *vx, void *vu) {
 template <class X, bool H>
 void gemm_q8x_avx2_n(int64_t ng, const void *vu, size_t us, const void *vy, size_t ys, float *acc, float *s, size_t ss, int nc, int flags) {
     auto load = [&](int r, int64_t g, wgroup2 *) { return (const wgroup2 *)((const char *)vu + (size_t)r * us) + g; };
+    if constexpr (folded_tile2<X>()) {  // tiles of all the rows by two columns
+        const uint8_t *y = (const uint8_t *)vy;
+        int c = 0;
+        for (; c + 2 <= nc; c += 2)
+            q8x_tile2_fold<X, GGML_Q8X_GEMM_ROWS, 2, H>(ng, load, y + c * ys, ys, (float *)((char *)s + c * ss), ss, acc + 16 * c, nc, flags);
+        if (c < nc) q8x_tile2_fold<X, GGML_Q8X_GEMM_ROWS, 1, H>(ng, load, y + c * ys, ys, (float *)((char *)s + c * ss), ss, acc + 16 * c, nc, flags);
+        return;
+    }
     for (int c = 0; c < nc; c++)
         q8x_tile2<X, GGML_Q8X_GEMM_ROWS, 1, H>(ng, load, (const uint8_t *)vy + c * ys, ys, (float *)((char *)s + c * ss), ss, acc + 16 * c, nc,
                                                flags);
