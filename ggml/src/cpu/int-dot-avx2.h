@@ -752,6 +752,14 @@ __attribute__((always_inline)) inline void q8x_tile2_fold(int64_t ng, Load &&loa
     // two columns' folded halves into one register, or one onto itself
     auto pair = [](__m256i a, __m256i b) { return _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b)); };
     auto self = [](__m256i a) { return _mm256_add_epi32(a, _mm256_shuffle_epi32(a, _MM_SHUFFLE(1, 0, 3, 2))); };
+    // Quants below 16 (q4_0) without VNNI: the same folds on the maddubs pair
+    // sums in s16 (a word then holds at most 16 products, |.| <= 16 15 128 <
+    // 2^15), both words of a dword from one block, so that one madd per row
+    // and set (not one per half and column) makes the block sums.
+    constexpr bool NARROW = !GGML_AVX2_VNNI && X::S <= 3;
+    auto halves16 = [](__m256i a, __m256i b) { return _mm256_add_epi16(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b)); };
+    auto pair16 = [](__m256i a, __m256i b) { return _mm256_add_epi16(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b)); };
+    auto self16 = [](__m256i a) { return _mm256_add_epi16(a, _mm256_shuffle_epi32(a, _MM_SHUFFLE(1, 0, 3, 2))); };
     for (int64_t g = 0; g < ng; g++) {
         wgroup2 tmp[NR];
         const wgroup2 *w[NR];
@@ -783,7 +791,17 @@ __attribute__((always_inline)) inline void q8x_tile2_fold(int64_t ng, Load &&loa
                     return udot8(u, v, ld(c, 32 * h), ld(c, 64 + 32 * h), true, udot8(u, v, ld(c, 128 + 32 * h), ld(c, 192 + 32 * h), false, i));
                 };
                 __m256i sum;
-                if (early) {
+                if (NARROW && !early) {  // the fold on the s16 pair sums, one madd after it
+                    auto x16 = [&](int c, int h, size_t o) {
+                        return _mm256_add_epi16(_mm256_maddubs_epi16(w[r]->u[h], ld(c, o + 32 * h)), _mm256_maddubs_epi16(w[r]->v[h], ld(c, o + 64 + 32 * h)));
+                    };
+                    auto fold = [&](size_t o) {
+                        const __m256i f0 = halves16(x16(0, 0, o), x16(0, 1, o));
+                        return n == 2 ? pair16(f0, halves16(x16(1, 0, o), x16(1, 1, o))) : self16(f0);
+                    };
+                    sum = _mm256_add_epi32(_mm256_madd_epi16(fold(0), _mm256_set1_epi16(H ? 128 : 1)), off);
+                    if (H) sum = _mm256_add_epi32(sum, _mm256_madd_epi16(fold(128), _mm256_set1_epi16(1)));
+                } else if (early) {
                     const __m256i m = _mm256_blend_epi32(_mm256_setzero_si256(), magic, 0x11);
                     sum = self(halves(dot(0, 0, _mm256_add_epi32(offs(0, 0), m)), dot(0, 1, _mm256_add_epi32(offs(0, 1), m))));
                 } else {
