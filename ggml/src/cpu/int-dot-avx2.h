@@ -281,10 +281,11 @@ void vec_dot_q6_K_q8_K(int64_t n, float *s, const void *x, const void *y) { dot_
 
 // Weight-side unpacking of four blocks into the q8x order, two registers a
 // half: u[h] (low halves of blocks 2h, 2h+1), v[h] (high halves), d and m per
-// lane (lane l of half h: block 2h + l / 4; the folded tiles' types: d in
-// their order, d4x_folded). S: the fixed offset shift
-// (weight = d (u - 2^S)), -1 with a stored minimum (d u + m); SIGNED: int8
-// weights (q8_0), which maddubs takes as |w| against sign(w) y.
+// lane (lane l of half h: block 2h + l / 4; the folded tiles' types: d and
+// m in their order, folded4x). S: the fixed offset shift (weight = d (u -
+// 2^S)), -1 with a stored minimum (d u + m); BITS: the quants' width (the
+// folded tiles' types); SIGNED: int8 weights (q8_0), which maddubs takes as
+// |w| against sign(w) y.
 inline __m256 lanes4x(__m128 v, int h) {
     return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), h ? _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3)
                                                                 : _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
@@ -341,47 +342,44 @@ inline void d4x(const B *x, __m256 *d) {
     d[0] = lanes4x(f, 0);
     d[1] = lanes4x(f, 1);
 }
-// The folded tiles' order (q8x_tile2_fold): lane L of a 128-bit lane holds
-// block L's scale at positions 0 and 2, block 2 + L's at 1 and 3; d[1] the same.
-template <class B>
-inline void d4x_folded(const B *x, __m256 *d) {
-    const __m128 f = fp16x4_avx2(x[0].d, x[1].d, x[2].d, x[3].d);
+// Four blocks' scales f in the folded tiles' order (q8x_tile2_fold): lane L
+// of a 128-bit lane holds block L's at positions 0 and 2, block 2 + L's at 1
+// and 3; both registers the same.
+inline void folded4x(__m128 f, __m256 *d) {
     d[0] = d[1] = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(f), _mm256_setr_epi32(0, 2, 0, 2, 1, 3, 1, 3));
 }
 template <class B>
-inline void m4x(const B *x, __m256 *m) {
-    const __m128 f = fp16x4_avx2(x[0].m, x[1].m, x[2].m, x[3].m);
-    m[0] = lanes4x(f, 0);
-    m[1] = lanes4x(f, 1);
-}
+inline void d4x_folded(const B *x, __m256 *d) { folded4x(fp16x4_avx2(x[0].d, x[1].d, x[2].d, x[3].d), d); }
+template <class B>
+inline void m4x_folded(const B *x, __m256 *m) { folded4x(fp16x4_avx2(x[0].m, x[1].m, x[2].m, x[3].m), m); }
 
 struct X2_q4_0 {
     using B = block_q4_0;
-    static constexpr int S = 3;
+    static constexpr int S = 3, BITS = 4;
     static constexpr bool SIGNED = false;
     static void load(const B *x, __m256i *u, __m256i *v, __m256 *d, __m256 *) { nibbles4x(x, u, v); d4x_folded(x, d); }
 };
 struct X2_q4_1 {
     using B = block_q4_1;
-    static constexpr int S = -1;
+    static constexpr int S = -1, BITS = 4;
     static constexpr bool SIGNED = false;
-    static void load(const B *x, __m256i *u, __m256i *v, __m256 *d, __m256 *m) { nibbles4x(x, u, v); d4x(x, d); m4x(x, m); }
+    static void load(const B *x, __m256i *u, __m256i *v, __m256 *d, __m256 *m) { nibbles4x(x, u, v); d4x_folded(x, d); m4x_folded(x, m); }
 };
 struct X2_q5_0 {
     using B = block_q5_0;
-    static constexpr int S = 4;
+    static constexpr int S = 4, BITS = 5;
     static constexpr bool SIGNED = false;
     static void load(const B *x, __m256i *u, __m256i *v, __m256 *d, __m256 *) { nibbles4x(x, u, v); high4x(x, u, v); d4x_folded(x, d); }
 };
 struct X2_q5_1 {
     using B = block_q5_1;
-    static constexpr int S = -1;
+    static constexpr int S = -1, BITS = 5;
     static constexpr bool SIGNED = false;
     static void load(const B *x, __m256i *u, __m256i *v, __m256 *d, __m256 *m) {
         nibbles4x(x, u, v);
         high4x(x, u, v);
-        d4x(x, d);
-        m4x(x, m);
+        d4x_folded(x, d);
+        m4x_folded(x, m);
     }
 };
 struct X2_q8_0 {
@@ -419,7 +417,7 @@ inline __m256i bcast_shift(const uint8_t *p, int n0, int n1) {
 template <bool Q5>
 struct X2K {
     using B = typename std::conditional<Q5, block_q5_K, block_q4_K>::type;
-    static constexpr int S = -1;
+    static constexpr int S = -1, BITS = Q5 ? 5 : 4;
     static constexpr bool SIGNED = false;
     static constexpr bool BY_GROUP = true;
     static void group(const B *x, int64_t g, __m256i *u, __m256i *v, __m256 *d, __m256 *m) {
@@ -444,7 +442,8 @@ struct X2K {
         const __m128i sm = scales_q45(b->scales), sh = h ? _mm_srli_si128(sm, 4) : sm;
         const __m128 sc = _mm_mul_ps(_mm_cvtepi32_ps(_mm_cvtepu8_epi32(sh)), _mm_set1_ps(fp16(b->d)));
         const __m128 mn = _mm_mul_ps(_mm_cvtepi32_ps(_mm_cvtepu8_epi32(_mm_srli_si128(sh, 8))), _mm_set1_ps(-fp16(b->dmin)));
-        for (int c = 0; c < 2; c++) d[c] = lanes4x(sc, c), m[c] = lanes4x(mn, c);
+        folded4x(sc, d);
+        folded4x(mn, m);
     }
 };
 
@@ -719,29 +718,34 @@ __attribute__((always_inline)) inline void q8x_tile2(int64_t ng, Load &&load, co
         }
 }
 
-// The fixed-offset types without split halves, unsigned (q4_0, q5_0), take
-// the folded form of the tile, as the AVX-512 family (q8x_tile_fold): the
-// integer sums of a block's four lanes are added before the float step, so
-// that it runs once per block and column instead of once per lane (the
-// multiply-class pipes, which the integer dots also take, were the prompt
-// kernel's limit). A column's two half registers fold into one, lane L of a
-// 128-bit lane: block L at positions 0 and 2, block 2 + L at 1 and 3 (unpack
-// and add); a pair of columns folds into one register, the second column at
-// positions 2 and 3, a column alone onto itself (a shuffle and an add). Per
-// group and block: f = round(S dy) from the exact integer sum S (by the magic
-// bits where |S| < 2^22: q8x, and q8xh for |u + o| <= 8; otherwise a
-// conversion, exact for |S| < 2^24, and a multiply: the same value), acc +=
-// f d; the result (b0 + b1) + (b2 + b3) of the block lanes: the same bits
-// whatever NR, NC and the tile are. The offsets (ns << S) fold once per
-// column and group, outside the rows.
+// The 32-element types and q4_K, q5_K (not q8_0's signed weights, nor
+// q2_K, q3_K, q6_K with their sub-blocks of 16), marked by X::BITS (the
+// quants' width), take the folded form of the tile, as the AVX-512 family
+// (q8x_tile_fold): the integer sums of a block's four lanes are added before
+// the float step, so that it runs once per block and column instead of once
+// per lane (the multiply-class pipes, which the integer dots also take, were
+// the prompt kernel's limit). A column's two half registers fold into one,
+// lane L of a 128-bit lane: block L at positions 0 and 2, block 2 + L at 1
+// and 3 (unpack and add); a pair of columns folds into one register, the
+// second column at positions 2 and 3, a column alone onto itself (a shuffle
+// and an add). Per group and block: f = round(S dy) from the exact integer
+// sum S (by the magic bits where |S| < 2^22: q8x, and q8xh for |u + o| <= 8;
+// otherwise a conversion, exact for |S| < 2^24, and a multiply: the same
+// value), acc += f d, or with a stored minimum acc += f d + m sd, sd the
+// block's activation sums folded in floats the same way; the result (b0 +
+// b1) + (b2 + b3) of the block lanes: the same bits whatever NR, NC and the
+// tile are. The offsets (ns << S) fold once per column and group, outside
+// the rows.
+template <class X, class = void>
+struct folded_tile2 : std::false_type {};
 template <class X>
-constexpr bool folded_tile2() { return X::S >= 0 && !split_halves<X>::value && !X::SIGNED; }
+struct folded_tile2<X, std::void_t<decltype(X::BITS)>> : std::true_type {};
 template <class X, int NR, int NC, bool H, class Load>
 __attribute__((always_inline)) inline void q8x_tile2_fold(int64_t ng, Load &&load, const uint8_t *y0, size_t ys, float *s, size_t ss,
                                                           float *accv, int ars, int flags) {
     constexpr size_t GROUP = H ? GGML_Q8XH_GROUP : GGML_Q8X_GROUP;
-    constexpr size_t DY = H ? 256 : 128, NS = DY + 64;
-    constexpr bool MAGIC = !H || X::S <= 3;
+    constexpr size_t DY = H ? 256 : 128, NS = DY + 64, SD = DY + 128;
+    constexpr bool OFF = X::S >= 0, MAGIC = !H || (OFF && X::S <= 3);
     constexpr int SETS = (NC + 1) / 2;
     const __m256i magic = _mm256_set1_epi32(MAGIC ? 0x4B400000 : 0);
     __m256 acc[NR][SETS];
@@ -752,11 +756,18 @@ __attribute__((always_inline)) inline void q8x_tile2_fold(int64_t ng, Load &&loa
     // two columns' folded halves into one register, or one onto itself
     auto pair = [](__m256i a, __m256i b) { return _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b)); };
     auto self = [](__m256i a) { return _mm256_add_epi32(a, _mm256_shuffle_epi32(a, _MM_SHUFFLE(1, 0, 3, 2))); };
-    // Quants below 16 (q4_0) without VNNI: the same folds on the maddubs pair
+    // Quants below 16 (q4_0, q4_1, q4_K) without VNNI: the same folds on the maddubs pair
     // sums in s16 (a word then holds at most 16 products, |.| <= 16 15 128 <
     // 2^15), both words of a dword from one block, so that one madd per row
     // and set (not one per half and column) makes the block sums.
-    constexpr bool NARROW = !GGML_AVX2_VNNI && X::S <= 3;
+    constexpr bool NARROW = !GGML_AVX2_VNNI && X::BITS == 4;
+    // the stored minimum's term: the activations' half sums sd folded per block as the integers (in floats)
+    auto halves_ps = [](__m256 a, __m256 b) { return _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b)); };
+    auto pair_ps = [](__m256 a, __m256 b) {
+        return _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(a), _mm256_castps_pd(b))),
+                             _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(a), _mm256_castps_pd(b))));
+    };
+    auto self_ps = [](__m256 a) { return _mm256_add_ps(a, _mm256_permute_ps(a, _MM_SHUFFLE(1, 0, 3, 2))); };
     auto halves16 = [](__m256i a, __m256i b) { return _mm256_add_epi16(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b)); };
     auto pair16 = [](__m256i a, __m256i b) { return _mm256_add_epi16(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b)); };
     auto self16 = [](__m256i a) { return _mm256_add_epi16(a, _mm256_shuffle_epi32(a, _MM_SHUFFLE(1, 0, 3, 2))); };
@@ -770,18 +781,20 @@ __attribute__((always_inline)) inline void q8x_tile2_fold(int64_t ng, Load &&loa
             const uint8_t *yc[2] = {yg + 2 * t * ys, yg + (2 * t + n - 1) * ys};
             auto ld = [&](int c, size_t off) { return _mm256_loadu_si256((const __m256i *)(yc[c] + off)); };
             auto ldf = [&](int c, size_t off) { return _mm256_loadu_ps((const float *)(yc[c] + off)); };
-            auto offs = [&](int c, int h) { return _mm256_slli_epi32(ld(c, NS + 32 * h), X::S); };
+            auto offs = [&](int c, int h) { return OFF ? _mm256_slli_epi32(ld(c, NS + 32 * h), OFF ? X::S : 0) : _mm256_setzero_si256(); };
             // the scales in the folded order, and (more than one row, or a pair) the offsets folded with the magic bits
-            __m256 dy;
+            __m256 dy, sd = _mm256_setzero_ps();
             __m256i off = _mm256_setzero_si256();
             const bool early = NR == 1 && n == 1;  // one row and column: the offsets (magic in one lane a block) join before the fold
             if (n == 2) {
                 const __m256 a = _mm256_blend_ps(ldf(0, DY), ldf(0, DY + 32), 0x22), b = _mm256_blend_ps(ldf(1, DY), ldf(1, DY + 32), 0x88);
                 dy = _mm256_blend_ps(a, b, 0xCC);
-                off = _mm256_add_epi32(pair(halves(offs(0, 0), offs(0, 1)), halves(offs(1, 0), offs(1, 1))), magic);
+                off = _mm256_add_epi32(OFF ? pair(halves(offs(0, 0), offs(0, 1)), halves(offs(1, 0), offs(1, 1))) : off, magic);
+                if (!OFF) sd = pair_ps(halves_ps(ldf(0, SD), ldf(0, SD + 32)), halves_ps(ldf(1, SD), ldf(1, SD + 32)));
             } else {
                 dy = _mm256_unpacklo_ps(ldf(0, DY), ldf(0, DY + 32));
-                if (!early) off = _mm256_add_epi32(self(halves(offs(0, 0), offs(0, 1))), magic);
+                if (!early) off = _mm256_add_epi32(OFF ? self(halves(offs(0, 0), offs(0, 1))) : off, magic);
+                if (!OFF) sd = self_ps(halves_ps(ldf(0, SD), ldf(0, SD + 32)));
             }
             const __m256 dm = _mm256_mul_ps(dy, _mm256_set1_ps(12582912.0f));  // 1.5 2^23 dy, exact
             for (int r = 0; r < NR; r++) {
@@ -810,7 +823,9 @@ __attribute__((always_inline)) inline void q8x_tile2_fold(int64_t ng, Load &&loa
                     sum = _mm256_add_epi32(n == 2 ? pair(f0, halves(dot(1, 0, z), dot(1, 1, z))) : self(f0), off);
                 }
                 const __m256 f = MAGIC ? _mm256_fmsub_ps(_mm256_castsi256_ps(sum), dy, dm) : _mm256_mul_ps(_mm256_cvtepi32_ps(sum), dy);
-                acc[r][t] = _mm256_fmadd_ps(f, w[r]->d[0], acc[r][t]);
+                if (OFF) acc[r][t] = _mm256_fmadd_ps(f, w[r]->d[0], acc[r][t]);
+                else  // f d + m sd, then one add: the chain through acc is an add
+                    acc[r][t] = _mm256_add_ps(acc[r][t], _mm256_fmadd_ps(f, w[r]->d[0], _mm256_mul_ps(w[r]->m[0], sd)));
             }
         }
     }
@@ -837,7 +852,7 @@ void dot_q8x_avx2(int64_t k, const void *vx, const void *vy, size_t ys, float *s
         load_group2<X>(x, nb, g, w);
         return (const wgroup2 *)w;
     };
-    if constexpr (folded_tile2<X>())
+    if constexpr (folded_tile2<X>::value)
         q8x_tile2_fold<X, 1, NC, H>(ng, load, (const uint8_t *)vy, ys, s, ss, nullptr, 0, GGML_Q8X_ACC_FIRST | GGML_Q8X_ACC_LAST);
     else
         q8x_tile2<X, 1, NC, H>(ng, load, (const uint8_t *)vy, ys, s, ss, nullptr, 0, GGML_Q8X_ACC_FIRST | GGML_Q8X_ACC_LAST);
@@ -863,7 +878,7 @@ void unpack_q8x_avx2(int64_t k, const void *vx, void *vu) {
 template <class X, bool H>
 void gemm_q8x_avx2_n(int64_t ng, const void *vu, size_t us, const void *vy, size_t ys, float *acc, float *s, size_t ss, int nc, int flags) {
     auto load = [&](int r, int64_t g, wgroup2 *) { return (const wgroup2 *)((const char *)vu + (size_t)r * us) + g; };
-    if constexpr (folded_tile2<X>()) {  // tiles of all the rows by two columns
+    if constexpr (folded_tile2<X>::value) {  // tiles of all the rows by two columns
         const uint8_t *y = (const uint8_t *)vy;
         int c = 0;
         for (; c + 2 <= nc; c += 2)
