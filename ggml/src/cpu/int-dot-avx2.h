@@ -600,11 +600,11 @@ __attribute__((always_inline)) inline void load_group2(const typename X::B *x, i
     }
 }
 
-// Unsigned quants (u <= 31): dot(u, y0) + dot(v, y1) in s32 lanes of four,
-// times 128 when hi (the q8xh row's q), plus i: started at i with VNNI (then
-// from 0 when hi), otherwise with i added. Without VNNI each maddubs pair is
-// at most 2 * 31 * 127, so the two pair vectors add exactly in s16 before one
-// madd, which takes the multiplier too.
+// Unsigned quants (u <= 45: q2_K's sc u, the others 31): dot(u, y0) +
+// dot(v, y1) in s32 lanes of four, times 128 when hi (the q8xh row's q), plus
+// i: started at i with VNNI (then from 0 when hi), otherwise with i added.
+// Without VNNI each maddubs pair is at most 2 * 45 * 128, so the two pair
+// vectors add exactly in s16 before one madd, which takes the multiplier too.
 __attribute__((always_inline)) inline __m256i udot8(__m256i u, __m256i v, __m256i y0, __m256i y1, bool hi, __m256i i) {
     if (GGML_AVX2_VNNI) {
         const __m256i p = dpbusd(dpbusd(hi ? _mm256_setzero_si256() : i, u, y0), v, y1);
@@ -751,12 +751,14 @@ __attribute__((always_inline)) inline void q8x_tile2_fold(int64_t ng, Load &&loa
     __m256 acc[NR][SETS];
     for (int r = 0; r < NR; r++)
         for (int t = 0; t < SETS; t++) acc[r][t] = flags & GGML_Q8X_ACC_FIRST ? _mm256_setzero_ps() : _mm256_load_ps(accv + 16 * (r * ars + 2 * t));
-    // a column's halves: positions k and k ^ 2 of each, side by side
-    auto halves = [](__m256i a, __m256i b) { return _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b)); };
-    // two columns' folded halves into one register, or one onto itself
-    auto pair = [](__m256i a, __m256i b) { return _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b)); };
-    auto self = [](__m256i a) { return _mm256_add_epi32(a, _mm256_shuffle_epi32(a, _MM_SHUFFLE(1, 0, 3, 2))); };
-    // Quants below 16 (q4_0, q4_1, q4_K) without VNNI: the same folds on the maddubs pair
+    // The folds, adding s32 lanes, or (w16) the s16 words of each dword: a
+    // column's halves, positions k and k ^ 2 of each side by side; two
+    // columns' folded halves into one register, or one onto itself.
+    auto add = [](__m256i a, __m256i b, bool w16) { return w16 ? _mm256_add_epi16(a, b) : _mm256_add_epi32(a, b); };
+    auto halves = [&](__m256i a, __m256i b, bool w16) { return add(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b), w16); };
+    auto pair = [&](__m256i a, __m256i b, bool w16) { return add(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b), w16); };
+    auto self = [&](__m256i a, bool w16) { return add(a, _mm256_shuffle_epi32(a, _MM_SHUFFLE(1, 0, 3, 2)), w16); };
+    // Quants below 16 (q4_0, q4_1, q4_K) without VNNI: the folds on the maddubs pair
     // sums in s16 (a word then holds at most 16 products, |.| <= 16 15 128 <
     // 2^15), both words of a dword from one block, so that one madd per row
     // and set (not one per half and column) makes the block sums.
@@ -768,9 +770,6 @@ __attribute__((always_inline)) inline void q8x_tile2_fold(int64_t ng, Load &&loa
                              _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(a), _mm256_castps_pd(b))));
     };
     auto self_ps = [](__m256 a) { return _mm256_add_ps(a, _mm256_permute_ps(a, _MM_SHUFFLE(1, 0, 3, 2))); };
-    auto halves16 = [](__m256i a, __m256i b) { return _mm256_add_epi16(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b)); };
-    auto pair16 = [](__m256i a, __m256i b) { return _mm256_add_epi16(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b)); };
-    auto self16 = [](__m256i a) { return _mm256_add_epi16(a, _mm256_shuffle_epi32(a, _MM_SHUFFLE(1, 0, 3, 2))); };
     for (int64_t g = 0; g < ng; g++) {
         wgroup2 tmp[NR];
         const wgroup2 *w[NR];
@@ -789,11 +788,11 @@ __attribute__((always_inline)) inline void q8x_tile2_fold(int64_t ng, Load &&loa
             if (n == 2) {
                 const __m256 a = _mm256_blend_ps(ldf(0, DY), ldf(0, DY + 32), 0x22), b = _mm256_blend_ps(ldf(1, DY), ldf(1, DY + 32), 0x88);
                 dy = _mm256_blend_ps(a, b, 0xCC);
-                off = _mm256_add_epi32(OFF ? pair(halves(offs(0, 0), offs(0, 1)), halves(offs(1, 0), offs(1, 1))) : off, magic);
+                off = _mm256_add_epi32(OFF ? pair(halves(offs(0, 0), offs(0, 1), false), halves(offs(1, 0), offs(1, 1), false), false) : off, magic);
                 if (!OFF) sd = pair_ps(halves_ps(ldf(0, SD), ldf(0, SD + 32)), halves_ps(ldf(1, SD), ldf(1, SD + 32)));
             } else {
                 dy = _mm256_unpacklo_ps(ldf(0, DY), ldf(0, DY + 32));
-                if (!early) off = _mm256_add_epi32(OFF ? self(halves(offs(0, 0), offs(0, 1))) : off, magic);
+                if (!early) off = _mm256_add_epi32(OFF ? self(halves(offs(0, 0), offs(0, 1), false), false) : off, magic);
                 if (!OFF) sd = self_ps(halves_ps(ldf(0, SD), ldf(0, SD + 32)));
             }
             const __m256 dm = _mm256_mul_ps(dy, _mm256_set1_ps(12582912.0f));  // 1.5 2^23 dy, exact
@@ -809,18 +808,18 @@ __attribute__((always_inline)) inline void q8x_tile2_fold(int64_t ng, Load &&loa
                         return _mm256_add_epi16(_mm256_maddubs_epi16(w[r]->u[h], ld(c, o + 32 * h)), _mm256_maddubs_epi16(w[r]->v[h], ld(c, o + 64 + 32 * h)));
                     };
                     auto fold = [&](size_t o) {
-                        const __m256i f0 = halves16(x16(0, 0, o), x16(0, 1, o));
-                        return n == 2 ? pair16(f0, halves16(x16(1, 0, o), x16(1, 1, o))) : self16(f0);
+                        const __m256i f0 = halves(x16(0, 0, o), x16(0, 1, o), true);
+                        return n == 2 ? pair(f0, halves(x16(1, 0, o), x16(1, 1, o), true), true) : self(f0, true);
                     };
                     sum = _mm256_add_epi32(_mm256_madd_epi16(fold(0), _mm256_set1_epi16(H ? 128 : 1)), off);
                     if (H) sum = _mm256_add_epi32(sum, _mm256_madd_epi16(fold(128), _mm256_set1_epi16(1)));
                 } else if (early) {
                     const __m256i m = _mm256_blend_epi32(_mm256_setzero_si256(), magic, 0x11);
-                    sum = self(halves(dot(0, 0, _mm256_add_epi32(offs(0, 0), m)), dot(0, 1, _mm256_add_epi32(offs(0, 1), m))));
+                    sum = self(halves(dot(0, 0, _mm256_add_epi32(offs(0, 0), m)), dot(0, 1, _mm256_add_epi32(offs(0, 1), m)), false), false);
                 } else {
                     const __m256i z = _mm256_setzero_si256();
-                    const __m256i f0 = halves(dot(0, 0, z), dot(0, 1, z));
-                    sum = _mm256_add_epi32(n == 2 ? pair(f0, halves(dot(1, 0, z), dot(1, 1, z))) : self(f0), off);
+                    const __m256i f0 = halves(dot(0, 0, z), dot(0, 1, z), false);
+                    sum = _mm256_add_epi32(n == 2 ? pair(f0, halves(dot(1, 0, z), dot(1, 1, z), false), false) : self(f0, false), off);
                 }
                 const __m256 f = MAGIC ? _mm256_fmsub_ps(_mm256_castsi256_ps(sum), dy, dm) : _mm256_mul_ps(_mm256_cvtepi32_ps(sum), dy);
                 if (OFF) acc[r][t] = _mm256_fmadd_ps(f, w[r]->d[0], acc[r][t]);
