@@ -796,6 +796,11 @@ __attribute__((always_inline)) inline void q8x_tile2_fold(int64_t ng, Load &&loa
                 if (!OFF) sd = self_ps(halves_ps(ldf(0, SD), ldf(0, SD + 32)));
             }
             const __m256 dm = _mm256_mul_ps(dy, _mm256_set1_ps(12582912.0f));  // 1.5 2^23 dy, exact
+            // Every row's integer sums first, then the float steps (with the
+            // offsets): the integer chains no longer wait behind the previous
+            // row's fmsub and fma, nor on the offsets' folds (Zen 3, 4-row
+            // prompt tile: pp128 +3% `fast`, +8% `high`).
+            __m256i sums[NR];
             for (int r = 0; r < NR; r++) {
                 auto dot = [&](int c, int h, __m256i i) {  // half h of column c, plus i
                     const __m256i u = w[r]->u[h], v = w[r]->v[h];
@@ -811,7 +816,7 @@ __attribute__((always_inline)) inline void q8x_tile2_fold(int64_t ng, Load &&loa
                         const __m256i f0 = halves(x16(0, 0, o), x16(0, 1, o), true);
                         return n == 2 ? pair(f0, halves(x16(1, 0, o), x16(1, 1, o), true), true) : self(f0, true);
                     };
-                    sum = _mm256_add_epi32(_mm256_madd_epi16(fold(0), _mm256_set1_epi16(H ? 128 : 1)), off);
+                    sum = _mm256_madd_epi16(fold(0), _mm256_set1_epi16(H ? 128 : 1));
                     if (H) sum = _mm256_add_epi32(sum, _mm256_madd_epi16(fold(128), _mm256_set1_epi16(1)));
                 } else if (early) {
                     const __m256i m = _mm256_blend_epi32(_mm256_setzero_si256(), magic, 0x11);
@@ -819,8 +824,12 @@ __attribute__((always_inline)) inline void q8x_tile2_fold(int64_t ng, Load &&loa
                 } else {
                     const __m256i z = _mm256_setzero_si256();
                     const __m256i f0 = halves(dot(0, 0, z), dot(0, 1, z), false);
-                    sum = _mm256_add_epi32(n == 2 ? pair(f0, halves(dot(1, 0, z), dot(1, 1, z), false), false) : self(f0, false), off);
+                    sum = n == 2 ? pair(f0, halves(dot(1, 0, z), dot(1, 1, z), false), false) : self(f0, false);
                 }
+                sums[r] = sum;
+            }
+            for (int r = 0; r < NR; r++) {
+                const __m256i sum = early ? sums[r] : _mm256_add_epi32(sums[r], off);
                 const __m256 f = MAGIC ? _mm256_fmsub_ps(_mm256_castsi256_ps(sum), dy, dm) : _mm256_mul_ps(_mm256_cvtepi32_ps(sum), dy);
                 if (OFF) acc[r][t] = _mm256_fmadd_ps(f, w[r]->d[0], acc[r][t]);
                 else  // f d + m sd, then one add: the chain through acc is an add
