@@ -17,7 +17,7 @@
 // tiles of weight rows x activation rows so that a tile of weights stays in
 // L1/L2 while it meets several activation columns; with the q8x prompt
 // kernels, a block of weight rows is unpacked once, and 4 x 4 register tiles
-// pass over L1-sized chunks of K (see QROWS, QCOLS, KCHUNK).
+// pass over L1-sized chunks of K (see QROWS, QCOLS, gemm_groups).
 #include <string.h>
 
 #include <algorithm>
@@ -40,6 +40,7 @@ struct plan {
     ggml_q8x_gemm_t q8x_gemm;          // non-null: its register-tiled form for row blocks
     ggml_q8x_unpack_t q8x_unpack;      // ... on rows unpacked by this
     ggml_q8x_quantize_t q8x_quantize;  // non-null: the activation converter for q8x_dot
+    int64_t gemm_groups;               // groups of 128 elements per q8x_gemm call
     ggml_type vdt;
     size_t vrow;     // bytes of one converted b row
     bool direct;     // b is used in place (F32 dot on contiguous F32 rows)
@@ -69,6 +70,7 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *ds
     p.q8x_gemm = pick.gemm;
     p.q8x_unpack = pick.unpack;
     p.q8x_quantize = pick.quantize;
+    p.gemm_groups = pick.gemm_groups;
     if (pick.dot) p.vrow = pick.vrow;
     // GGML_PREC_HIGH with a q8xh kernel: the residual travels in the
     // activation layout itself (vec-dot-simd.h), one column per row.
@@ -119,11 +121,11 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *ds
 }  // namespace
 
 // The prompt kernels' blocking: a block of QROWS weight rows, unpacked once
-// per thread and block, meets tiles of QCOLS activation rows, KCHUNK groups
-// of 128 elements at a time (the chunk's weights, activations and
-// accumulators, 40-60 KB, about an L1, stay close while every register tile
-// of the block passes over them; 8 groups measured faster than 4 on Zen 5).
-constexpr int64_t QROWS = 16, QCOLS = 8, KCHUNK = 8;
+// per thread and block, meets tiles of QCOLS activation rows, the family's
+// gemm_groups of 128 elements at a time (8: the chunk's weights, activations
+// and accumulators, 40-60 KB, about an L1, stay close while every register
+// tile of the block passes over them; 8 groups measured faster than 4 on Zen 5).
+constexpr int64_t QROWS = 16, QCOLS = 8;
 static size_t unpack_bytes(int64_t K) {
     return align_up((size_t)QROWS * ggml_q8x_unpacked_size(K)) + sizeof(float) * 16 * QROWS * QCOLS;
 }
@@ -281,7 +283,7 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
         // whatever the thread count. A block of QROWS weight rows meets every
         // column tile in turn. With a prompt kernel (gemm), the block's rows,
         // in whole multiples of GEMM_ROWS, are unpacked once, and each column
-        // tile runs in chunks of KCHUNK groups: every GEMM_ROWS x GEMM_COLS
+        // tile runs in chunks of gemm_groups groups: every GEMM_ROWS x GEMM_COLS
         // register tile of the block passes over the chunk (weights,
         // activations and the tiles' accumulators in L1) before the next
         // chunk; each element is computed exactly as the one-row kernel would.
@@ -314,8 +316,8 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
                 for (int64_t j = jbeg; j < jend; j += QCOLS) {
                     const int nc = (int)std::min(QCOLS, jend - j);
                     const char *y = brow(j, i2, i3);
-                    for (int64_t g0 = 0; g0 < ng && ig > ib; g0 += KCHUNK) {
-                        const int64_t gn = std::min(KCHUNK, ng - g0);
+                    for (int64_t g0 = 0; g0 < ng && ig > ib; g0 += p.gemm_groups) {
+                        const int64_t gn = std::min(p.gemm_groups, ng - g0);
                         const int flags = (g0 == 0 ? GGML_Q8X_ACC_FIRST : 0) | (g0 + gn == ng ? GGML_Q8X_ACC_LAST : 0);
                         float *acc = accs;
                         for (int64_t i = ib; i < ig; i += GR)

@@ -117,6 +117,8 @@ typedef void (*ggml_q8x_dot_t)(int64_t k, const void *x, const void *y, size_t y
 // Below this many activation rows the unpacking does not pay (2-4 streamed
 // columns run faster on dot: Xeon VM, 2026-12-01); from it on, gemm.
 #define GGML_Q8X_GEMM_MIN_COLS 8
+// Groups of 128 elements a gemm call runs over (mul_mat's blocking of K), unless the family says otherwise.
+#define GGML_Q8X_GEMM_GROUPS 8
 #define GGML_Q8X_ACC_FIRST 1
 #define GGML_Q8X_ACC_LAST 2
 typedef void (*ggml_q8x_unpack_t)(int64_t k, const void *x, void *u);
@@ -143,6 +145,8 @@ struct ggml_q8x_kernels {
     ggml_q8x_quantize_t quantize_hi;
     ggml_q8x_dot_t dot_hi[GGML_TYPE_COUNT];
     ggml_q8x_gemm_t gemm_hi[GGML_TYPE_COUNT];
+    // the family's groups per gemm call, `fast` and `high` (0: GGML_Q8X_GEMM_GROUPS)
+    int gemm_groups[2];
 };
 #ifdef GGML_SIMD_X86
 const struct ggml_q8x_kernels *ggml_cpu_q8x_avx2(void);        // needs the AVX2 family
@@ -162,6 +166,7 @@ struct ggml_q8x_pick {
     ggml_q8x_gemm_t gemm;
     ggml_q8x_unpack_t unpack;
     ggml_q8x_quantize_t quantize;
-    size_t vrow;  // bytes of one converted activation row
+    size_t vrow;      // bytes of one converted activation row
+    int gemm_groups;  // groups of 128 elements per gemm call
 };
 struct ggml_q8x_pick ggml_cpu_q8x_pick(enum ggml_type t, int64_t k, int64_t ncols, bool high);
