@@ -781,6 +781,8 @@ __attribute__((always_inline)) inline void q8x_tile2_fold(int64_t ng, Load &&loa
             auto ld = [&](int c, size_t off) { return _mm256_loadu_si256((const __m256i *)(yc[c] + off)); };
             auto ldf = [&](int c, size_t off) { return _mm256_loadu_ps((const float *)(yc[c] + off)); };
             auto offs = [&](int c, int h) { return OFF ? _mm256_slli_epi32(ld(c, NS + 32 * h), OFF ? X::S : 0) : _mm256_setzero_si256(); };
+            auto ns = [&](int c, int h) { return ld(c, NS + 32 * h); };
+            auto shift = [&](__m256i v) { return _mm256_slli_epi32(v, OFF ? X::S : 0); };  // after the folds: one shift, not four
             const bool early = NR == 1 && n == 1;  // one row and column: the offsets (magic in one lane a block) join before the fold
             // Every row's integer sums first, then the column scales and
             // offsets, then the float steps: the integer chains no longer wait
@@ -820,11 +822,11 @@ __attribute__((always_inline)) inline void q8x_tile2_fold(int64_t ng, Load &&loa
             if (n == 2) {
                 const __m256 a = _mm256_blend_ps(ldf(0, DY), ldf(0, DY + 32), 0x22), b = _mm256_blend_ps(ldf(1, DY), ldf(1, DY + 32), 0x88);
                 dy = _mm256_blend_ps(a, b, 0xCC);
-                off = _mm256_add_epi32(OFF ? pair(halves(offs(0, 0), offs(0, 1), false), halves(offs(1, 0), offs(1, 1), false), false) : off, magic);
+                off = _mm256_add_epi32(OFF ? shift(pair(halves(ns(0, 0), ns(0, 1), false), halves(ns(1, 0), ns(1, 1), false), false)) : off, magic);
                 if (!OFF) sd = pair_ps(halves_ps(ldf(0, SD), ldf(0, SD + 32)), halves_ps(ldf(1, SD), ldf(1, SD + 32)));
             } else {
                 dy = _mm256_unpacklo_ps(ldf(0, DY), ldf(0, DY + 32));
-                if (!early) off = _mm256_add_epi32(OFF ? self(halves(offs(0, 0), offs(0, 1), false), false) : off, magic);
+                if (!early) off = _mm256_add_epi32(OFF ? shift(self(halves(ns(0, 0), ns(0, 1), false), false)) : off, magic);
                 if (!OFF) sd = self_ps(halves_ps(ldf(0, SD), ldf(0, SD + 32)));
             }
             const __m256 dm = _mm256_mul_ps(dy, _mm256_set1_ps(12582912.0f));  // 1.5 2^23 dy, exact
