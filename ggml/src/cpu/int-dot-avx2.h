@@ -780,9 +780,9 @@ __attribute__((always_inline)) inline void q8x_tile2_fold(int64_t ng, Load &&loa
             const uint8_t *yc[2] = {yg + 2 * t * ys, yg + (2 * t + n - 1) * ys};
             auto ld = [&](int c, size_t off) { return _mm256_loadu_si256((const __m256i *)(yc[c] + off)); };
             auto ldf = [&](int c, size_t off) { return _mm256_loadu_ps((const float *)(yc[c] + off)); };
-            auto offs = [&](int c, int h) { return OFF ? _mm256_slli_epi32(ld(c, NS + 32 * h), OFF ? X::S : 0) : _mm256_setzero_si256(); };
             auto ns = [&](int c, int h) { return ld(c, NS + 32 * h); };
-            auto shift = [&](__m256i v) { return _mm256_slli_epi32(v, OFF ? X::S : 0); };  // after the folds: one shift, not four
+            auto shift = [&](__m256i v) { return _mm256_slli_epi32(v, OFF ? X::S : 0); };  // the offsets: ns << S
+            auto offs = [&](int c, int h) { return OFF ? shift(ns(c, h)) : _mm256_setzero_si256(); };  // a half's, unfolded (early)
             const bool early = NR == 1 && n == 1;  // one row and column: the offsets (magic in one lane a block) join before the fold
             // Every row's integer sums first, then the column scales and
             // offsets, then the float steps: the integer chains no longer wait
@@ -963,9 +963,9 @@ inline void set_int_dots(ggml_cpu_type_traits *t, ggml_vec_dot2_t *dot2, ggml_q8
         q8x_set2<X2K6>(q, GGML_TYPE_Q6_K);
         q->min_cols[GGML_TYPE_Q2_K] = q->min_cols[GGML_TYPE_Q3_K] = q->min_cols[GGML_TYPE_Q6_K] = GGML_Q8X_GEMM_MIN_COLS;
         // `high` prompts in chunks of 32 groups, measured: Zen 3, 7B-shaped
-        // Q4_0 pp512 `high` +13% against 8 (its tiles do twice the integer
-        // work on a chunk, so the chunk's data leaving L1 costs less);
-        // `fast` 0 to -6% with 16 or 32, so it keeps 8
+        // Q4_0 pp512 `high` +13% against 8 (likely: twice the integer work
+        // per chunk, so its data leaving L1 costs less); `fast` 0 to -6%
+        // with 16 or 32, so it keeps 8
         q->gemm_groups[1] = 32;
         // q4_K, q5_K from 2 columns on (min_cols 0): in cache, 2 columns of q5_K
         // and the `high` products are 15-40% faster than two q8_K dots, q4_K

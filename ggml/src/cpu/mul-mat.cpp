@@ -17,7 +17,7 @@
 // tiles of weight rows x activation rows so that a tile of weights stays in
 // L1/L2 while it meets several activation columns; with the q8x prompt
 // kernels, a block of weight rows is unpacked once, and 4 x 4 register tiles
-// pass over L1-sized chunks of K (see QROWS, QCOLS, gemm_groups).
+// pass over chunks of K (see QROWS, QCOLS, gemm_groups).
 #include <string.h>
 
 #include <algorithm>
