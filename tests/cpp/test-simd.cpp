@@ -390,7 +390,8 @@ static void test_q8x(const char *family, const table &ref, const ggml_q8x_kernel
 // GGML_Q8X_GEMM_ROWS x nc tile, unpacked rows and columns at strides larger
 // than a row, has the bits of the one-row
 // kernel (dot, dot_hi) run on that packed row and column alone (which
-// test_q8x and test-mul-mat check against the reference), and nothing
+// test_q8x and test-mul-mat check against the reference), the gemm's
+// columns rewritten by the family's gemm_pack where it has one, and nothing
 // between the outputs is written.
 static void test_q8x_gemm(const char *family, const table &ref, const ggml_q8x_kernels *q) {
     const int R = GGML_Q8X_GEMM_ROWS;
@@ -398,6 +399,7 @@ static void test_q8x_gemm(const char *family, const table &ref, const ggml_q8x_k
         const ggml_q8x_gemm_t *gemm = hi ? q->gemm_hi : q->gemm;
         const ggml_q8x_dot_t *dot = hi ? q->dot_hi : q->dot;
         const ggml_q8x_quantize_t quant = hi ? q->quantize_hi : q->quantize;
+        const ggml_q8x_pack_t *pack = hi ? q->gemm_pack_hi : q->gemm_pack;
         for (int ti = 0; ti < GGML_TYPE_COUNT; ti++) {
             if (!gemm[ti]) continue;
             const ggml_type t = (ggml_type)ti;
@@ -422,6 +424,9 @@ static void test_q8x_gemm(const char *family, const table &ref, const ggml_q8x_k
                 for (int nc = 1; nc <= GGML_Q8X_GEMM_COLS; nc++) {
                     std::vector<uint8_t> y(ys * nc);
                     for (int c = 0; c < nc; c++) quant(randn(n, c == 2 ? 30.0f : 1.0f).data(), y.data() + c * ys, n);
+                    std::vector<uint8_t> yg(y);  // the gemm's rows, in the family's own order where it has one
+                    if (pack[t])
+                        for (int c = 0; c < nc; c++) pack[t](yg.data() + c * ys, n);
                     const int os = 2 * R + 1;  // floats from one output column to the next
                     std::vector<float> out((size_t)os * nc, -1.0f);
                     // in chunks of `chunk` groups (the accumulators kept in acc between calls)
@@ -429,7 +434,7 @@ static void test_q8x_gemm(const char *family, const table &ref, const ggml_q8x_k
                     for (int64_t g0 = 0; g0 < ng; g0 += chunk) {
                         const int64_t gn = std::min(chunk, ng - g0);
                         const int flags = (g0 == 0 ? GGML_Q8X_ACC_FIRST : 0) | (g0 + gn == ng ? GGML_Q8X_ACC_LAST : 0);
-                        gemm[t](gn, u + g0 * 256, us, y.data() + g0 * (ys - 64) / ng, ys, acc, out.data(), os * sizeof(float), nc, flags);
+                        gemm[t](gn, u + g0 * 256, us, yg.data() + g0 * (ys - 64) / ng, ys, acc, out.data(), os * sizeof(float), nc, flags);
                     }
                     for (int c = 0; c < nc; c++) {
                         for (int r = 0; r < R; r++) {
@@ -445,7 +450,8 @@ static void test_q8x_gemm(const char *family, const table &ref, const ggml_q8x_k
                     }
                 }
             }
-            printf("  %-6s gemm%-3s %-5s: %d elements equal to the one-row kernel\n", family, hi ? "_hi" : "", core(t).name, cases);
+            printf("  %-6s gemm%-3s %-5s: %d elements equal to the one-row kernel%s\n", family, hi ? "_hi" : "", core(t).name, cases,
+                   pack[t] ? " (packed rows)" : "");
         }
     }
 }

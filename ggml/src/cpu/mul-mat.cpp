@@ -39,6 +39,7 @@ struct plan {
     ggml_q8x_dot_t q8x_dot;            // non-null: a multi-column kernel (q8x or F16 activations)
     ggml_q8x_gemm_t q8x_gemm;          // non-null: its register-tiled form for row blocks
     ggml_q8x_unpack_t q8x_unpack;      // ... on rows unpacked by this
+    ggml_q8x_pack_t q8x_pack;          // non-null: ... and activation rows rewritten by this (all rows through q8x_gemm)
     ggml_q8x_quantize_t q8x_quantize;  // non-null: the activation converter for q8x_dot
     int64_t gemm_groups;               // groups of 128 elements per q8x_gemm call
     ggml_type vdt;
@@ -69,6 +70,7 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *ds
     p.q8x_dot = pick.dot;
     p.q8x_gemm = pick.gemm;
     p.q8x_unpack = pick.unpack;
+    p.q8x_pack = pick.pack;
     p.q8x_quantize = pick.quantize;
     p.gemm_groups = pick.gemm_groups;
     if (pick.dot) p.vrow = pick.vrow;
@@ -84,6 +86,7 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *ds
         p.q8x_dot = q->dot_f16;
         p.q8x_gemm = nullptr;
         p.q8x_unpack = nullptr;
+        p.q8x_pack = nullptr;
         p.q8x_quantize = p.vdt == GGML_TYPE_F32 ? copy_row_f32 : ggml_round_act(GGML_TYPE_F16);
         p.vrow = sizeof(float) * (size_t)K;
     }
@@ -93,6 +96,8 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *ds
         p.dot = ta->vec_dot_f32;
         p.vrow = sizeof(float) * (size_t)K;
     }
+    // the prompt kernels write contiguous outputs only
+    if (dst->nb[0] != sizeof(float)) p.q8x_gemm = nullptr, p.q8x_unpack = nullptr, p.q8x_pack = nullptr;
     p.gather = b->nb[0] != sizeof(float);
     p.direct = p.vdt == GGML_TYPE_F32 && !p.gather && !p.q8x_dot;
     // other types with GGML_PREC_HIGH: each row is followed by its converted
@@ -247,6 +252,7 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
             char *out = wdata + (size_t)r * p.bstride;
             if (from_float) ggml_convert_act(row, out, K, from_float, to_float, p.vrow, p.resid, res);
             else memcpy(out, row, sizeof(float) * (size_t)K);
+            if (p.q8x_pack) p.q8x_pack(out, K);
         }
         if (!priv) ggml_barrier(params->tp);
     }
@@ -290,7 +296,7 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
         // The other rows (and the other kernels) take the one-row kernel.
         constexpr int64_t GR = GGML_Q8X_GEMM_ROWS, GC = GGML_Q8X_GEMM_COLS;
         static_assert(QROWS % GR == 0 && QCOLS % GC == 0, "tiles of whole register tiles");
-        const ggml_q8x_gemm_t gemm = dst->nb[0] == sizeof(float) ? p.q8x_gemm : nullptr;
+        const ggml_q8x_gemm_t gemm = p.q8x_gemm;
         const size_t usz = ggml_q8x_unpacked_size(K);
         // this thread's unpacked rows, after the gather and residual rows (work size: + ALIGN to align them)
         const uintptr_t uscratch = (uintptr_t)wtmp + (size_t)nth * align_up(sizeof(float) * (size_t)K) * (p.gather + p.resid);
@@ -311,8 +317,14 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
             const int64_t i1 = std::min(M, i0 + (rend - r));
             for (int64_t ib = i0; ib < i1; ib += QROWS) {
                 const int64_t ie = std::min(i1, ib + QROWS);
-                const int64_t ig = gemm ? ib + (ie - ib) / GR * GR : ib;  // rows [ib, ig) go through gemm
+                // rows [ib, ig) go through gemm; with packed activation rows
+                // (which the one-row kernel cannot read) all of them, the last
+                // register tile filled up with zero rows (d = m = 0) to iu and
+                // its outputs written through a scratch tile
+                const int64_t ig = !gemm ? ib : p.q8x_pack ? ie : ib + (ie - ib) / GR * GR;
+                const int64_t iu = ib + (ig - ib + GR - 1) / GR * GR;
                 for (int64_t i = ib; i < ig; i++) p.q8x_unpack(K, arow(i, i2, i3), ubuf + (size_t)(i - ib) * usz);
+                if (iu > ig) memset(ubuf + (size_t)(ig - ib) * usz, 0, (size_t)(iu - ig) * usz);
                 for (int64_t j = jbeg; j < jend; j += QCOLS) {
                     const int nc = (int)std::min(QCOLS, jend - j);
                     const char *y = brow(j, i2, i3);
@@ -321,12 +333,18 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
                         const int flags = (g0 == 0 ? GGML_Q8X_ACC_FIRST : 0) | (g0 + gn == ng ? GGML_Q8X_ACC_LAST : 0);
                         float *acc = accs;
                         for (int64_t i = ib; i < ig; i += GR)
-                            for (int c = 0; c < nc; c += (int)GC, acc += 16 * GR * GC)
+                            for (int c = 0; c < nc; c += (int)GC, acc += 16 * GR * GC) {
+                                const int cn = std::min((int)GC, nc - c);
+                                const bool pad = i + GR > ig;
+                                float tile[GR * GC];  // a padded tile's outputs, column c at c * GR
                                 gemm(gn, ubuf + (size_t)(i - ib) * usz + (size_t)g0 * 256, usz, y + (size_t)c * p.vrow + (size_t)g0 * ygroup,
-                                     p.vrow, acc, out(i, j + c, i2, i3), ss, std::min((int)GC, nc - c), flags);
+                                     p.vrow, acc, pad ? tile : out(i, j + c, i2, i3), pad ? sizeof(float) * GR : ss, cn, flags);
+                                if (pad && (flags & GGML_Q8X_ACC_LAST))
+                                    for (int cc = 0; cc < cn; cc++)
+                                        for (int64_t rr = 0; rr < ig - i; rr++) *out(i + rr, j + c + cc, i2, i3) = tile[cc * GR + rr];
+                            }
                     }
-                    int64_t i = ig;
-                    for (; i < ie; i++) p.q8x_dot(K, arow(i, i2, i3), y, p.vrow, out(i, j, i2, i3), ss, nc);
+                    for (int64_t i = ig; i < ie; i++) p.q8x_dot(K, arow(i, i2, i3), y, p.vrow, out(i, j, i2, i3), ss, nc);
                 }
             }
             r += i1 - i0;

@@ -122,6 +122,10 @@ typedef void (*ggml_q8x_dot_t)(int64_t k, const void *x, const void *y, size_t y
 #define GGML_Q8X_ACC_FIRST 1
 #define GGML_Q8X_ACC_LAST 2
 typedef void (*ggml_q8x_unpack_t)(int64_t k, const void *x, void *u);
+// A family's own activation order for its prompt kernels: rewrites a q8x
+// (q8xh) row of k elements in place, same size; the gemm of a type with one
+// then reads only rows so rewritten, and the one-row kernel never meets them.
+typedef void (*ggml_q8x_pack_t)(void *y, int64_t k);
 typedef void (*ggml_q8x_gemm_t)(int64_t ng, const void *u, size_t u_stride, const void *y, size_t y_stride, float *acc,
                                 float *s, size_t s_stride, int nc, int flags);
 static inline size_t ggml_q8x_unpacked_size(int64_t k) { return (size_t)((k + 127) / 128) * 256; }
@@ -147,6 +151,8 @@ struct ggml_q8x_kernels {
     ggml_q8x_gemm_t gemm_hi[GGML_TYPE_COUNT];
     // the family's groups per gemm call, `fast` and `high` (0: GGML_Q8X_GEMM_GROUPS)
     int gemm_groups[2];
+    // NULL: gemm (gemm_hi) reads q8x (q8xh) rows as they are
+    ggml_q8x_pack_t gemm_pack[GGML_TYPE_COUNT], gemm_pack_hi[GGML_TYPE_COUNT];
 };
 #ifdef GGML_SIMD_X86
 const struct ggml_q8x_kernels *ggml_cpu_q8x_avx2(void);        // needs the AVX2 family
@@ -166,6 +172,7 @@ struct ggml_q8x_pick {
     ggml_q8x_gemm_t gemm;
     ggml_q8x_unpack_t unpack;
     ggml_q8x_quantize_t quantize;
+    ggml_q8x_pack_t pack;  // non-NULL: gemm's rows rewritten by it after quantize
     size_t vrow;      // bytes of one converted activation row
     int gemm_groups;  // groups of 128 elements per gemm call
 };
