@@ -378,6 +378,10 @@ static void test_q8x(const char *family, const table &ref, const ggml_q8x_kernel
                 for (int64_t i = 0; i < n; i++) mag += fabs((double)ggml_fp16_to_fp32(x[i]) * ggml_fp16_to_fp32(yc[i]));
                 CHECK(fabs((double)s_ref - out[c]) <= 2e-6 * mag + 1e-30, "%s q8x f16 n=%lld nc=%d col %d: ref %.9g simd %.9g", family,
                       (long long)n, nc, c, s_ref, out[c]);
+                float one = -1.0f;  // the same bits as the column alone (mul-mat's tiles depend on the thread count)
+                q->dot_f16(n, x.data(), yr.data() + (size_t)(n + 3) * c, ys, &one, sizeof(float), 1);
+                CHECK(memcmp(&one, &out[c], sizeof(float)) == 0, "%s q8x f16 n=%lld nc=%d col %d: %.9g alone, %.9g among %d", family,
+                      (long long)n, nc, c, one, out[c], nc);
                 cases++;
             }
         }

@@ -401,21 +401,43 @@ void quantize_q8x_avx2(const float *x, void *vy, int64_t k) {
 void q8x_quantize_avx2(const float *x, void *y, int64_t k) { quantize_q8x_avx2<false>(x, y, k); }
 void q8xh_quantize_avx2(const float *x, void *y, int64_t k) { quantize_q8x_avx2<true>(x, y, k); }
 
-// F16 weights x fp16-rounded activations stored as f32 (q8x dot_f16).
-void dot_f16_rows_avx2(int64_t k, const void *vx, const void *vy, size_t ys, float *s, size_t ss, int nc) {
-    const ggml_fp16_t *x = (const ggml_fp16_t *)vx;
-    for (int c = 0; c < nc; c++) {
-        const float *y = (const float *)((const char *)vy + c * ys);
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-        int64_t i = 0;
-        for (; i + 16 <= k; i += 16) {
-            a0 = _mm256_fmadd_ps(load_f16(x + i), _mm256_loadu_ps(y + i), a0);
-            a1 = _mm256_fmadd_ps(load_f16(x + i + 8), _mm256_loadu_ps(y + i + 8), a1);
-        }
-        float r = hsum(_mm256_add_ps(a0, a1));
-        for (; i < k; i++) r += fp16(x[i]) * y[i];
-        *(float *)((char *)s + c * ss) = r;
+// F16 weights x fp16-rounded activations stored as f32 (q8x dot_f16), N
+// columns (1..8) at once: each stretch of 8 weights converted once for all of
+// them, one accumulator a column (N >= 4 of them hide the fma latency; one
+// column alone comes only at the edges of a product), the N sums reduced
+// together by horizontal adds. Every column's arithmetic is the same whatever
+// N and its neighbours: lanes ((0+1)+(2+3))+((4+5)+(6+7)), then the tail, so
+// the bits do not depend on the thread count. In prompts' attention (k = 128
+// and n_kv) the old kernel's conversion per column and its reduction per
+// column were most of the work.
+template <int N>
+void dot_f16_cols(int64_t k, const ggml_fp16_t *x, const char *vy, size_t ys, float *s, size_t ss) {
+    const float *y[N];
+    __m256 a[8];
+    for (int c = 0; c < 8; c++) a[c] = _mm256_setzero_ps();
+    for (int c = 0; c < N; c++) y[c] = (const float *)(vy + c * ys);
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8) {
+        const __m256 xv = load_f16(x + i);
+        for (int c = 0; c < N; c++) a[c] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(y[c] + i), a[c]);
     }
+    // hadd(hadd(a0, a1), hadd(a2, a3)): columns 0..3 by lane, each 128-bit half one half of the sums
+    const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    const __m256 u1 = N > 4 ? _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7])) : u0;
+    alignas(32) float r[8];
+    _mm256_store_ps(r, _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31)));
+    for (int c = 0; c < N; c++) {
+        for (int64_t j = i; j < k; j++) r[c] += fp16(x[j]) * y[c][j];
+        *(float *)((char *)s + c * ss) = r[c];
+    }
+}
+
+void dot_f16_rows_avx2(int64_t k, const void *vx, const void *vy, size_t ys, float *s, size_t ss, int nc) {
+    using fn = void (*)(int64_t, const ggml_fp16_t *, const char *, size_t, float *, size_t);
+    static constexpr fn cols[9] = {nullptr,          dot_f16_cols<1>, dot_f16_cols<2>, dot_f16_cols<3>, dot_f16_cols<4>,
+                                   dot_f16_cols<5>, dot_f16_cols<6>, dot_f16_cols<7>, dot_f16_cols<8>};
+    for (int c = 0; c < nc; c += 8)
+        cols[std::min(8, nc - c)](k, (const ggml_fp16_t *)vx, (const char *)vy + c * ys, ys, (float *)((char *)s + c * ss), ss);
 }
 
 ggml_q8x_kernels make_q8x_avx2() {
