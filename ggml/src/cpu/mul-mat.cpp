@@ -293,7 +293,9 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
         // register tile of the block passes over the chunk (weights,
         // activations and the tiles' accumulators in L1) before the next
         // chunk; each element is computed exactly as the one-row kernel would.
-        // The other rows (and the other kernels) take the one-row kernel.
+        // The other rows (and the other kernels) take the one-row kernel;
+        // where the family rewrote the activation rows into its own order
+        // (q8x_pack), which only its gemm reads, every row takes the gemm.
         constexpr int64_t GR = GGML_Q8X_GEMM_ROWS, GC = GGML_Q8X_GEMM_COLS;
         static_assert(QROWS % GR == 0 && QCOLS % GC == 0, "tiles of whole register tiles");
         const ggml_q8x_gemm_t gemm = p.q8x_gemm;
