@@ -718,6 +718,31 @@ __attribute__((always_inline)) inline void q8x_tile2(int64_t ng, Load &&load, co
         }
 }
 
+// The folded tiles' accumulators: a register a row and column pair, kept
+// in accv between the calls of one output (flags), and at the last call
+// reduced: column 0 of the pair is (b0 + b1) + (b2 + b3) at lane 0, column 1
+// at lane 2.
+template <int NR, int NC>
+__attribute__((always_inline)) inline void tile2_load(__m256 (*acc)[(NC + 1) / 2], const float *accv, int ars, int flags) {
+    for (int r = 0; r < NR; r++)
+        for (int t = 0; t < (NC + 1) / 2; t++)
+            acc[r][t] = flags & GGML_Q8X_ACC_FIRST ? _mm256_setzero_ps() : _mm256_load_ps(accv + 16 * (r * ars + 2 * t));
+}
+template <int NR, int NC>
+__attribute__((always_inline)) inline void tile2_store(__m256 (*acc)[(NC + 1) / 2], float *s, size_t ss, float *accv, int ars, int flags) {
+    for (int r = 0; r < NR; r++)
+        for (int t = 0; t < (NC + 1) / 2; t++) {
+            if (!(flags & GGML_Q8X_ACC_LAST)) {
+                _mm256_store_ps(accv + 16 * (r * ars + 2 * t), acc[r][t]);
+                continue;
+            }
+            const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[r][t]), _mm256_extractf128_ps(acc[r][t], 1));
+            const __m128 v = _mm_add_ps(h, _mm_movehdup_ps(h));
+            *(float *)((char *)(s + r) + 2 * t * ss) = _mm_cvtss_f32(v);
+            if (NC - 2 * t >= 2) *(float *)((char *)(s + r) + (2 * t + 1) * ss) = _mm_cvtss_f32(_mm_movehl_ps(v, v));
+        }
+}
+
 // The 32-element types and q4_K, q5_K (not q8_0's signed weights, nor
 // q2_K, q3_K, q6_K with their sub-blocks of 16), marked by X::BITS (the
 // quants' width), take the folded form of the tile, as the AVX-512 family
@@ -749,8 +774,7 @@ __attribute__((always_inline)) inline void q8x_tile2_fold(int64_t ng, Load &&loa
     constexpr int SETS = (NC + 1) / 2;
     const __m256i magic = _mm256_set1_epi32(MAGIC ? 0x4B400000 : 0);
     __m256 acc[NR][SETS];
-    for (int r = 0; r < NR; r++)
-        for (int t = 0; t < SETS; t++) acc[r][t] = flags & GGML_Q8X_ACC_FIRST ? _mm256_setzero_ps() : _mm256_load_ps(accv + 16 * (r * ars + 2 * t));
+    tile2_load<NR, NC>(acc, accv, ars, flags);
     // The folds, adding s32 lanes, or (w16) the s16 words of each dword: a
     // column's halves, positions k and k ^ 2 of each side by side; two
     // columns' folded halves into one register, or one onto itself.
@@ -839,18 +863,7 @@ __attribute__((always_inline)) inline void q8x_tile2_fold(int64_t ng, Load &&loa
             }
         }
     }
-    for (int r = 0; r < NR; r++)
-        for (int t = 0; t < SETS; t++) {
-            if (!(flags & GGML_Q8X_ACC_LAST)) {
-                _mm256_store_ps(accv + 16 * (r * ars + 2 * t), acc[r][t]);
-                continue;
-            }
-            // column 0 of the set: (b0 + b1) + (b2 + b3) at 0, column 1 at 2
-            const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[r][t]), _mm256_extractf128_ps(acc[r][t], 1));
-            const __m128 v = _mm_add_ps(h, _mm_movehdup_ps(h));
-            *(float *)((char *)(s + r) + 2 * t * ss) = _mm_cvtss_f32(v);
-            if (NC - 2 * t >= 2) *(float *)((char *)(s + r) + (2 * t + 1) * ss) = _mm_cvtss_f32(_mm_movehl_ps(v, v));
-        }
+    tile2_store<NR, NC>(acc, s, ss, accv, ars, flags);
 }
 
 // The prompt kernels of the folded types without VNNI (the s16 folds of
@@ -881,8 +894,7 @@ __attribute__((always_inline)) inline void q8x_tile2_il(int64_t ng, Load &&load,
     constexpr int SETS = (NC + 1) / 2;
     const __m256i magic = _mm256_set1_epi32(MAGIC ? 0x4B400000 : 0);
     __m256 acc[NR][SETS];
-    for (int r = 0; r < NR; r++)
-        for (int t = 0; t < SETS; t++) acc[r][t] = flags & GGML_Q8X_ACC_FIRST ? _mm256_setzero_ps() : _mm256_load_ps(accv + 16 * (r * ars + 2 * t));
+    tile2_load<NR, NC>(acc, accv, ars, flags);
     for (int64_t g = 0; g < ng; g++) {
         const uint8_t *yg = y0 + g * GROUP;
         for (int t = 0; t < SETS; t++) {
@@ -928,17 +940,7 @@ __attribute__((always_inline)) inline void q8x_tile2_il(int64_t ng, Load &&load,
             }
         }
     }
-    for (int r = 0; r < NR; r++)
-        for (int t = 0; t < SETS; t++) {
-            if (!(flags & GGML_Q8X_ACC_LAST)) {
-                _mm256_store_ps(accv + 16 * (r * ars + 2 * t), acc[r][t]);
-                continue;
-            }
-            const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[r][t]), _mm256_extractf128_ps(acc[r][t], 1));
-            const __m128 v = _mm_add_ps(h, _mm_movehdup_ps(h));
-            *(float *)((char *)(s + r) + 2 * t * ss) = _mm_cvtss_f32(v);
-            if (NC - 2 * t >= 2) *(float *)((char *)(s + r) + (2 * t + 1) * ss) = _mm_cvtss_f32(_mm_movehl_ps(v, v));
-        }
+    tile2_store<NR, NC>(acc, s, ss, accv, ars, flags);
 }
 
 // A q8x (H: q8xh) row rewritten in place into the IL order: per group the
@@ -1016,19 +1018,19 @@ void unpack_q8x_avx2(int64_t k, const void *vx, void *vu) {
 template <class X, bool H>
 void gemm_q8x_avx2_n(int64_t ng, const void *vu, size_t us, const void *vy, size_t ys, float *acc, float *s, size_t ss, int nc, int flags) {
     auto load = [&](int r, int64_t g, wgroup2 *) { return (const wgroup2 *)((const char *)vu + (size_t)r * us) + g; };
-    if constexpr (il_order<X>()) {  // tiles of all the rows by two columns, on packed rows
+    if constexpr (folded_tile2<X>::value) {  // tiles of all the rows by two columns (IL: on packed rows)
         const uint8_t *y = (const uint8_t *)vy;
+        auto tile = [&](auto cols, int c) {
+            constexpr int NC = decltype(cols)::value;
+            float *sc = (float *)((char *)s + c * ss);
+            if constexpr (il_order<X>())
+                q8x_tile2_il<X, GGML_Q8X_GEMM_ROWS, NC, H>(ng, load, y + c * ys, ys, sc, ss, acc + 16 * c, nc, flags);
+            else
+                q8x_tile2_fold<X, GGML_Q8X_GEMM_ROWS, NC, H>(ng, load, y + c * ys, ys, sc, ss, acc + 16 * c, nc, flags);
+        };
         int c = 0;
-        for (; c + 2 <= nc; c += 2)
-            q8x_tile2_il<X, GGML_Q8X_GEMM_ROWS, 2, H>(ng, load, y + c * ys, ys, (float *)((char *)s + c * ss), ss, acc + 16 * c, nc, flags);
-        if (c < nc) q8x_tile2_il<X, GGML_Q8X_GEMM_ROWS, 1, H>(ng, load, y + c * ys, ys, (float *)((char *)s + c * ss), ss, acc + 16 * c, nc, flags);
-        return;
-    } else if constexpr (folded_tile2<X>::value) {  // tiles of all the rows by two columns
-        const uint8_t *y = (const uint8_t *)vy;
-        int c = 0;
-        for (; c + 2 <= nc; c += 2)
-            q8x_tile2_fold<X, GGML_Q8X_GEMM_ROWS, 2, H>(ng, load, y + c * ys, ys, (float *)((char *)s + c * ss), ss, acc + 16 * c, nc, flags);
-        if (c < nc) q8x_tile2_fold<X, GGML_Q8X_GEMM_ROWS, 1, H>(ng, load, y + c * ys, ys, (float *)((char *)s + c * ss), ss, acc + 16 * c, nc, flags);
+        for (; c + 2 <= nc; c += 2) tile(std::integral_constant<int, 2>(), c);
+        if (c < nc) tile(std::integral_constant<int, 1>(), c);
         return;
     }
     for (int c = 0; c < nc; c++)
