@@ -614,6 +614,19 @@ __attribute__((always_inline)) inline __m256i udot8(__m256i u, __m256i v, __m256
     return _mm256_add_epi32(p, i);
 }
 
+// The float step of a block sum p: round(p dy), through the magic bits
+// (p started at 1.5 2^23's bits; dm = 1.5 2^23 dy) or by a conversion.
+template <bool MAGIC>
+__attribute__((always_inline)) inline __m256 scaled_sum(__m256i p, __m256 dy, __m256 dm) {
+    return MAGIC ? _mm256_fmsub_ps(_mm256_castsi256_ps(p), dy, dm) : _mm256_mul_ps(_mm256_cvtepi32_ps(p), dy);
+}
+// A folded tile's group into its accumulator: f d, or (!OFF) f d + m sd
+// and then one add, so that the chain through acc is an add.
+template <bool OFF>
+__attribute__((always_inline)) inline __m256 add_group(__m256 acc, __m256 f, const wgroup2 *w, __m256 sd) {
+    return OFF ? _mm256_fmadd_ps(f, w->d[0], acc) : _mm256_add_ps(acc, _mm256_fmadd_ps(f, w->d[0], _mm256_mul_ps(w->m[0], sd)));
+}
+
 // The q8x tile core of this family, as q8x_tile (q8x-dot.h) 256 bits at a
 // time: NR weight rows against NC activation rows (one activation group and
 // its scales loaded once for all NR rows, a weight group once for all NC
@@ -699,8 +712,7 @@ __attribute__((always_inline)) inline void q8x_tile2(int64_t ng, Load &&load, co
                         continue;
                     }
                     const __m256i p = H ? dot8(0, 64, true, dot8(128, 192, false, init)) : dot8(0, 64, false, init);
-                    const __m256 f = MAGIC ? _mm256_fmsub_ps(_mm256_castsi256_ps(p), dy, dm) : _mm256_mul_ps(_mm256_cvtepi32_ps(p), dy);
-                    acc[r][c] = _mm256_fmadd_ps(f, w[r]->d[h], acc[r][c]);
+                    acc[r][c] = _mm256_fmadd_ps(scaled_sum<MAGIC>(p, dy, dm), w[r]->d[h], acc[r][c]);
                     if (MIN) accm[r][c] = _mm256_fmadd_ps(w[r]->m[h], _mm256_loadu_ps((const float *)(yc + SD + 32 * h)), accm[r][c]);
                 }
             }
@@ -856,10 +868,7 @@ __attribute__((always_inline)) inline void q8x_tile2_fold(int64_t ng, Load &&loa
             const __m256 dm = _mm256_mul_ps(dy, _mm256_set1_ps(12582912.0f));  // 1.5 2^23 dy, exact
             for (int r = 0; r < NR; r++) {
                 const __m256i sum = early ? sums[r] : _mm256_add_epi32(sums[r], off);
-                const __m256 f = MAGIC ? _mm256_fmsub_ps(_mm256_castsi256_ps(sum), dy, dm) : _mm256_mul_ps(_mm256_cvtepi32_ps(sum), dy);
-                if (OFF) acc[r][t] = _mm256_fmadd_ps(f, w[r]->d[0], acc[r][t]);
-                else  // f d + m sd, then one add: the chain through acc is an add
-                    acc[r][t] = _mm256_add_ps(acc[r][t], _mm256_fmadd_ps(f, w[r]->d[0], _mm256_mul_ps(w[r]->m[0], sd)));
+                acc[r][t] = add_group<OFF>(acc[r][t], scaled_sum<MAGIC>(sum, dy, dm), w[r], sd);
             }
         }
     }
@@ -933,10 +942,7 @@ __attribute__((always_inline)) inline void q8x_tile2_il(int64_t ng, Load &&load,
             for (int r = 0; r < NR; r++) {
                 wgroup2 tmp;
                 const wgroup2 *w = load(r, g, &tmp);
-                const __m256i sum = _mm256_add_epi32(sums[r], off);
-                const __m256 f = MAGIC ? _mm256_fmsub_ps(_mm256_castsi256_ps(sum), dy, dm) : _mm256_mul_ps(_mm256_cvtepi32_ps(sum), dy);
-                if (OFF) acc[r][t] = _mm256_fmadd_ps(f, w->d[0], acc[r][t]);
-                else acc[r][t] = _mm256_add_ps(acc[r][t], _mm256_fmadd_ps(f, w->d[0], _mm256_mul_ps(w->m[0], sd)));
+                acc[r][t] = add_group<OFF>(acc[r][t], scaled_sum<MAGIC>(_mm256_add_epi32(sums[r], off), dy, dm), w, sd);
             }
         }
     }
