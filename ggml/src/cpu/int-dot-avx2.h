@@ -707,8 +707,8 @@ __attribute__((always_inline)) inline void q8x_tile2(int64_t ng, Load &&load, co
                             return _mm256_add_epi32(p, i);
                         };
                         const __m256i pa = dot4(u, 0, 128, inita), pb = dot4(v, 64, 192, initb);
-                        acc[r][c] = _mm256_fmadd_ps(_mm256_fmsub_ps(_mm256_castsi256_ps(pa), dy, dm), w[r]->d[h], acc[r][c]);
-                        acc[r][c] = _mm256_fmadd_ps(_mm256_fmsub_ps(_mm256_castsi256_ps(pb), dy, dm), w[r]->m[h], acc[r][c]);
+                        acc[r][c] = _mm256_fmadd_ps(scaled_sum<MAGIC>(pa, dy, dm), w[r]->d[h], acc[r][c]);
+                        acc[r][c] = _mm256_fmadd_ps(scaled_sum<MAGIC>(pb, dy, dm), w[r]->m[h], acc[r][c]);
                         continue;
                     }
                     const __m256i p = H ? dot8(0, 64, true, dot8(128, 192, false, init)) : dot8(0, 64, false, init);
