@@ -556,8 +556,8 @@ int main() {
             const ggml_cpu_features &f = *ggml_cpu_get_features();
             CHECK(f.amd == (strcmp(vendor, "AuthenticAMD") == 0) && f.family == family, "cpu vendor %s family %d, detected amd=%d family %d",
                   vendor, family, (int)f.amd, f.family);
-            printf("cpu: %s family %d (0x%X); weight prefetch: Q4_0 %d, Q8_0 %d bytes ahead\n", vendor, family, (unsigned)family,
-                   ggml_cpu_prefetch_ahead(GGML_TYPE_Q4_0), ggml_cpu_prefetch_ahead(GGML_TYPE_Q8_0));
+            printf("cpu: %s family %d (0x%X); weight prefetch: Q4_0 %d, Q8_0 %d, F16 %d bytes ahead\n", vendor, family, (unsigned)family,
+                   ggml_cpu_prefetch_ahead(GGML_TYPE_Q4_0), ggml_cpu_prefetch_ahead(GGML_TYPE_Q8_0), ggml_cpu_prefetch_ahead(GGML_TYPE_F16));
         }
     }
     // the AMX tiles only at the amx level (the default), on a CPU with them, once the OS grants them
