@@ -174,6 +174,10 @@ ggml_q8x_pick ggml_cpu_q8x_pick(enum ggml_type t, int64_t k, int64_t ncols, bool
     p.unpack = ncols >= GGML_Q8X_GEMM_MIN_COLS ? q->unpack[t] : nullptr;
     p.gemm = p.unpack ? (high ? q->gemm_hi[t] : q->gemm[t]) : nullptr;
     p.pack = p.gemm ? (high ? q->gemm_pack_hi[t] : q->gemm_pack[t]) : nullptr;
+    if (!p.gemm && (high ? q->dot_own_hi[t] : q->dot_own[t])) {  // the family's own rows for its one-row kernel
+        p.dot = high ? q->dot_own_hi[t] : q->dot_own[t];
+        p.pack = high ? q->dot_pack_hi[t] : q->dot_pack[t];
+    }
     p.quantize = high ? q->quantize_hi : q->quantize;
     p.gemm_groups = q->gemm_groups[high] ? q->gemm_groups[high] : GGML_Q8X_GEMM_GROUPS;
     p.vrow = high ? ggml_q8xh_row_size(k) : ggml_q8x_row_size(k);

@@ -777,12 +777,22 @@ template <class X, class = void>
 struct folded_tile2 : std::false_type {};
 template <class X>
 struct folded_tile2<X, std::void_t<decltype(X::BITS)>> : std::true_type {};
-template <class X, int NR, int NC, bool H, class Load>
+// Whether the folded tiles take a block sum's float step through the magic bits.
+template <class X, bool H>
+constexpr bool fold_magic() { return !H || (X::S >= 0 && X::S <= 3); }
+// Where a packed activation row (pack_q8x_avx2, pack_fields_avx2) keeps its
+// folded fields: at F (after the quants, and q8xh's residual quants) dy,
+// then FM dy, ns, sd, 32 bytes each.
+template <bool H>
+constexpr size_t il_fields() { return H ? 256 : 128; }
+// PF: the activation rows' fields come folded, their offsets shifted and
+// with the magic bits (pack_fields_avx2): no fold of them, and no early join.
+template <class X, int NR, int NC, bool H, bool PF, class Load>
 __attribute__((always_inline)) inline void q8x_tile2_fold(int64_t ng, Load &&load, const uint8_t *y0, size_t ys, float *s, size_t ss,
                                                           float *accv, int ars, int flags) {
     constexpr size_t GROUP = H ? GGML_Q8XH_GROUP : GGML_Q8X_GROUP;
-    constexpr size_t DY = H ? 256 : 128, NS = DY + 64, SD = DY + 128;
-    constexpr bool OFF = X::S >= 0, MAGIC = !H || (OFF && X::S <= 3);
+    constexpr size_t DY = H ? 256 : 128, NS = DY + 64, SD = DY + 128, F = il_fields<H>();
+    constexpr bool OFF = X::S >= 0, MAGIC = fold_magic<X, H>();
     constexpr int SETS = (NC + 1) / 2;
     const __m256i magic = _mm256_set1_epi32(MAGIC ? 0x4B400000 : 0);
     __m256 acc[NR][SETS];
@@ -819,7 +829,7 @@ __attribute__((always_inline)) inline void q8x_tile2_fold(int64_t ng, Load &&loa
             auto ns = [&](int c, int h) { return ld(c, NS + 32 * h); };
             auto shift = [&](__m256i v) { return _mm256_slli_epi32(v, OFF ? X::S : 0); };  // the offsets: ns << S
             auto offs = [&](int c, int h) { return OFF ? shift(ns(c, h)) : _mm256_setzero_si256(); };  // a half's, unfolded (early)
-            const bool early = NR == 1 && n == 1;  // one row and column: the offsets (magic in one lane a block) join before the fold
+            const bool early = !PF && NR == 1 && n == 1;  // one row and column: the offsets (magic in one lane a block) join before the fold
             // Every row's integer sums first, then the column scales and
             // offsets, then the float steps: the integer chains no longer wait
             // behind the previous row's fmsub and fma, nor on the offsets'
@@ -853,9 +863,13 @@ __attribute__((always_inline)) inline void q8x_tile2_fold(int64_t ng, Load &&loa
                 sums[r] = sum;
             }
             // the scales in the folded order, and (more than one row, or a pair) the offsets folded with the magic bits
-            __m256 dy, sd = _mm256_setzero_ps();
+            __m256 dy, dm, sd = _mm256_setzero_ps();
             __m256i off = _mm256_setzero_si256();
-            if (n == 2) {
+            if (PF) {  // a pair's: column 0 at positions 0 and 1 of each 128-bit lane, column 1 at 2 and 3
+                auto both = [&](size_t o) { return n == 2 ? _mm256_blend_ps(ldf(0, o), ldf(1, o), 0xCC) : ldf(0, o); };
+                dy = both(F), dm = both(F + 32), off = _mm256_castps_si256(both(F + 64));
+                if (!OFF) sd = both(F + 96);
+            } else if (n == 2) {
                 const __m256 a = _mm256_blend_ps(ldf(0, DY), ldf(0, DY + 32), 0x22), b = _mm256_blend_ps(ldf(1, DY), ldf(1, DY + 32), 0x88);
                 dy = _mm256_blend_ps(a, b, 0xCC);
                 off = _mm256_add_epi32(OFF ? shift(pair(halves(ns(0, 0), ns(0, 1), false), halves(ns(1, 0), ns(1, 1), false), false)) : off, magic);
@@ -865,7 +879,7 @@ __attribute__((always_inline)) inline void q8x_tile2_fold(int64_t ng, Load &&loa
                 if (!early) off = _mm256_add_epi32(OFF ? shift(self(halves(ns(0, 0), ns(0, 1), false), false)) : off, magic);
                 if (!OFF) sd = self_ps(halves_ps(ldf(0, SD), ldf(0, SD + 32)));
             }
-            const __m256 dm = _mm256_mul_ps(dy, _mm256_set1_ps(12582912.0f));  // 1.5 2^23 dy, exact
+            if (!PF) dm = _mm256_mul_ps(dy, _mm256_set1_ps(12582912.0f));  // 1.5 2^23 dy, exact
             for (int r = 0; r < NR; r++) {
                 const __m256i sum = early ? sums[r] : _mm256_add_epi32(sums[r], off);
                 acc[r][t] = add_group<OFF>(acc[r][t], scaled_sum<MAGIC>(sum, dy, dm), w[r], sd);
@@ -890,15 +904,11 @@ __attribute__((always_inline)) inline void q8x_tile2_fold(int64_t ng, Load &&loa
 // Q4_0 4 x 4 tile of 8 groups in L1: 1.17x the folded tile's rate.
 template <class X>
 constexpr bool il_order() { return !GGML_AVX2_VNNI && folded_tile2<X>::value; }
-// Where the packed activation row keeps its folded fields: at F (after the
-// quants, and q8xh's residual quants) dy, then FM dy, ns, sd, 32 bytes each.
-template <bool H>
-constexpr size_t il_fields() { return H ? 256 : 128; }
 template <class X, int NR, int NC, bool H, class Load>
 __attribute__((always_inline)) inline void q8x_tile2_il(int64_t ng, Load &&load, const uint8_t *y0, size_t ys, float *s, size_t ss,
                                                         float *accv, int ars, int flags) {
     constexpr size_t GROUP = H ? GGML_Q8XH_GROUP : GGML_Q8X_GROUP, F = il_fields<H>();
-    constexpr bool OFF = X::S >= 0, MAGIC = !H || (OFF && X::S <= 3);
+    constexpr bool OFF = X::S >= 0, MAGIC = fold_magic<X, H>();
     constexpr bool W16 = X::BITS == 4;  // a column pair's block sums in s16 (16 products a word); 5 bits: 8
     constexpr int SETS = (NC + 1) / 2;
     const __m256i magic = _mm256_set1_epi32(MAGIC ? 0x4B400000 : 0);
@@ -949,41 +959,55 @@ __attribute__((always_inline)) inline void q8x_tile2_il(int64_t ng, Load &&load,
     tile2_store<NR, NC>(acc, s, ss, accv, ars, flags);
 }
 
-// A q8x (H: q8xh) row rewritten in place into the IL order: per group the
-// quants (and residual quants) dword-interleaved as the unpacked weights,
-// then at il_fields the folded fields of one column: dy and FM dy in the
-// folded order (unpacklo of the halves), ns and sd folded per block as
-// q8x_tile2_fold folds them for one column (the sums in either order: exact
-// integers, and float pairs whose additions commute).
-template <bool H>
-void pack_q8x_avx2(void *vy, int64_t k) {
+// A q8x (H: q8xh) row's fields folded in place, per group at il_fields
+// those of one column: dy and FM dy in the folded order (unpacklo of the
+// halves), ns and sd folded per block as q8x_tile2_fold folds them for one
+// column (the sums in either order: exact integers, and float pairs whose
+// additions commute), ns shifted left by `shift` (none: -1, nothing of it
+// taken) and plus `magic`. IL: the quants (and residual quants)
+// dword-interleaved as the unpacked weights of q8x_tile2_il, else left.
+template <bool H, bool IL>
+void fold_row_avx2(void *vy, int64_t k, int shift, int32_t magic) {
     constexpr size_t GROUP = H ? GGML_Q8XH_GROUP : GGML_Q8X_GROUP, Q = H ? 256 : 128, DY = Q, NS = DY + 64, SD = DY + 128, F = il_fields<H>();
     uint8_t *y = (uint8_t *)vy;
     for (int64_t g = 0; g < (k + 127) / 128; g++) {
         uint8_t *yg = y + g * GROUP;
         auto ld = [&](size_t o) { return _mm256_loadu_si256((const __m256i *)(yg + o)); };
         auto st = [&](size_t o, __m256i v) { _mm256_storeu_si256((__m256i *)(yg + o), v); };
-        __m256i q[Q / 32];
-        for (size_t i = 0; i < Q / 32; i++) q[i] = ld(32 * i);
         const __m256 dy = _mm256_unpacklo_ps(_mm256_castsi256_ps(ld(DY)), _mm256_castsi256_ps(ld(DY + 32)));
         __m256i ns = _mm256_add_epi32(_mm256_unpacklo_epi32(ld(NS), ld(NS + 32)), _mm256_unpackhi_epi32(ld(NS), ld(NS + 32)));
         ns = _mm256_add_epi32(ns, _mm256_shuffle_epi32(ns, _MM_SHUFFLE(1, 0, 3, 2)));
+        ns = shift < 0 ? _mm256_setzero_si256() : _mm256_sll_epi32(ns, _mm_cvtsi32_si128(shift));
         const __m256 s0 = _mm256_castsi256_ps(ld(SD)), s1 = _mm256_castsi256_ps(ld(SD + 32));
         __m256 sd = _mm256_add_ps(_mm256_unpacklo_ps(s0, s1), _mm256_unpackhi_ps(s0, s1));
         sd = _mm256_add_ps(sd, _mm256_permute_ps(sd, _MM_SHUFFLE(1, 0, 3, 2)));
-        for (size_t i = 0; i < Q / 32; i += 2) {  // each 64-byte plane: its two registers interleaved
-            st(32 * i, _mm256_unpacklo_epi32(q[i], q[i + 1]));
-            st(32 * i + 32, _mm256_unpackhi_epi32(q[i], q[i + 1]));
+        if (IL) {
+            __m256i q[Q / 32];
+            for (size_t i = 0; i < Q / 32; i++) q[i] = ld(32 * i);
+            for (size_t i = 0; i < Q / 32; i += 2) {  // each 64-byte plane: its two registers interleaved
+                st(32 * i, _mm256_unpacklo_epi32(q[i], q[i + 1]));
+                st(32 * i + 32, _mm256_unpackhi_epi32(q[i], q[i + 1]));
+            }
         }
         _mm256_storeu_ps((float *)(yg + F), dy);
         _mm256_storeu_ps((float *)(yg + F + 32), _mm256_mul_ps(dy, _mm256_set1_ps(12582912.0f)));
-        st(F + 64, ns);
+        st(F + 64, _mm256_add_epi32(ns, _mm256_set1_epi32(magic)));
         _mm256_storeu_ps((float *)(yg + F + 96), sd);
     }
 }
+// q8x_tile2_il's rows: interleaved, the offsets as they are.
+template <bool H>
+void pack_q8x_avx2(void *vy, int64_t k) { fold_row_avx2<H, true>(vy, k, 0, 0); }
+// Loader X's one-row kernel with PF: the quants where they are, the offsets
+// as it adds them (ns << S with the magic bits, or the magic bits alone).
+template <class X, bool H>
+void pack_fields_avx2(void *vy, int64_t k) {
+    fold_row_avx2<H, false>(vy, k, X::S >= 0 ? X::S : -1, fold_magic<X, H>() ? 0x4B400000 : 0);
+}
 
-// One weight row in its own format against NC (1..4) activation rows.
-template <class X, int NC, bool H>
+// One weight row in its own format against NC (1..4) activation rows (PF:
+// as pack_fields_avx2 left them, for a folded type).
+template <class X, int NC, bool H, bool PF = false>
 void dot_q8x_avx2(int64_t k, const void *vx, const void *vy, size_t ys, float *s, size_t ss) {
     const typename X::B *x = (const typename X::B *)vx;
     const int64_t nb = k / 32, ng = (nb + 3) / 4;
@@ -992,7 +1016,7 @@ void dot_q8x_avx2(int64_t k, const void *vx, const void *vy, size_t ys, float *s
         return (const wgroup2 *)w;
     };
     if constexpr (folded_tile2<X>::value)
-        q8x_tile2_fold<X, 1, NC, H>(ng, load, (const uint8_t *)vy, ys, s, ss, nullptr, 0, GGML_Q8X_ACC_FIRST | GGML_Q8X_ACC_LAST);
+        q8x_tile2_fold<X, 1, NC, H, PF>(ng, load, (const uint8_t *)vy, ys, s, ss, nullptr, 0, GGML_Q8X_ACC_FIRST | GGML_Q8X_ACC_LAST);
     else
         q8x_tile2<X, 1, NC, H>(ng, load, (const uint8_t *)vy, ys, s, ss, nullptr, 0, GGML_Q8X_ACC_FIRST | GGML_Q8X_ACC_LAST);
 }
@@ -1032,7 +1056,7 @@ void gemm_q8x_avx2_n(int64_t ng, const void *vu, size_t us, const void *vy, size
             if constexpr (il_order<X>())
                 q8x_tile2_il<X, GGML_Q8X_GEMM_ROWS, NC, H>(ng, load, y + c * ys, ys, sc, ss, acc + 16 * c, nc, flags);
             else
-                q8x_tile2_fold<X, GGML_Q8X_GEMM_ROWS, NC, H>(ng, load, y + c * ys, ys, sc, ss, acc + 16 * c, nc, flags);
+                q8x_tile2_fold<X, GGML_Q8X_GEMM_ROWS, NC, H, false>(ng, load, y + c * ys, ys, sc, ss, acc + 16 * c, nc, flags);
         };
         int c = 0;
         for (; c + 2 <= nc; c += 2) tile(std::integral_constant<int, 2>(), c);
@@ -1046,16 +1070,16 @@ void gemm_q8x_avx2_n(int64_t ng, const void *vu, size_t us, const void *vy, size
 
 // nc 1..8: up to four columns per pass (16 registers), each column computed
 // the same way whatever the tile.
-template <class X, bool H>
+template <class X, bool H, bool PF = false>
 void dot_q8x_avx2_n(int64_t k, const void *x, const void *y, size_t ys, float *s, size_t ss, int nc) {
     for (int c0 = 0; c0 < nc; c0 += 4) {
         const void *yc = (const char *)y + c0 * ys;
         float *sc = (float *)((char *)s + c0 * ss);
         switch (nc - c0 >= 4 ? 4 : nc - c0) {
-            case 1: dot_q8x_avx2<X, 1, H>(k, x, yc, ys, sc, ss); break;
-            case 2: dot_q8x_avx2<X, 2, H>(k, x, yc, ys, sc, ss); break;
-            case 3: dot_q8x_avx2<X, 3, H>(k, x, yc, ys, sc, ss); break;
-            default: dot_q8x_avx2<X, 4, H>(k, x, yc, ys, sc, ss); break;
+            case 1: dot_q8x_avx2<X, 1, H, PF>(k, x, yc, ys, sc, ss); break;
+            case 2: dot_q8x_avx2<X, 2, H, PF>(k, x, yc, ys, sc, ss); break;
+            case 3: dot_q8x_avx2<X, 3, H, PF>(k, x, yc, ys, sc, ss); break;
+            default: dot_q8x_avx2<X, 4, H, PF>(k, x, yc, ys, sc, ss); break;
         }
     }
 }
@@ -1074,6 +1098,16 @@ void q8x_set2(ggml_q8x_kernels *q, ggml_type t, bool gemm = true) {
     q->gemm_hi[t] = gemm ? gemm_q8x_avx2_n<X, true> : nullptr;
     q->gemm_pack[t] = gemm && il_order<X>() ? pack_q8x_avx2<false> : nullptr;
     q->gemm_pack_hi[t] = gemm && il_order<X>() ? pack_q8x_avx2<true> : nullptr;
+    // the one-row kernel on rows whose fields are folded once per token: the
+    // NARROW folds without the early join, no field folds per group (Zen 3,
+    // one thread in L2, against fdee1f6: Q4_0 `fast` 12.0-12.9 -> 13.8-15.1
+    // GB/s, Q5_1 10.0 -> 11.7-12.1, `high` level to +10%)
+    if constexpr (il_order<X>()) {
+        q->dot_own[t] = dot_q8x_avx2_n<X, false, true>;
+        q->dot_own_hi[t] = dot_q8x_avx2_n<X, true, true>;
+        q->dot_pack[t] = pack_fields_avx2<X, false>;
+        q->dot_pack_hi[t] = pack_fields_avx2<X, true>;
+    }
 }
 
 // The slots these kernels fill: the K-quants' vec_dot, the fused row +

@@ -39,7 +39,7 @@ struct plan {
     ggml_q8x_dot_t q8x_dot;            // non-null: a multi-column kernel (q8x or F16 activations)
     ggml_q8x_gemm_t q8x_gemm;          // non-null: its register-tiled form for row blocks
     ggml_q8x_unpack_t q8x_unpack;      // ... on rows unpacked by this
-    ggml_q8x_pack_t q8x_pack;          // non-null: ... and activation rows rewritten by this (all rows through q8x_gemm)
+    ggml_q8x_pack_t q8x_pack;          // non-null: activation rows rewritten by this, for q8x_gemm (all rows through it) or else q8x_dot
     ggml_q8x_quantize_t q8x_quantize;  // non-null: the activation converter for q8x_dot
     int64_t gemm_groups;               // groups of 128 elements per q8x_gemm call
     ggml_type vdt;
@@ -97,7 +97,7 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *ds
         p.vrow = sizeof(float) * (size_t)K;
     }
     // the prompt kernels write contiguous outputs only
-    if (dst->nb[0] != sizeof(float)) p.q8x_gemm = nullptr, p.q8x_unpack = nullptr, p.q8x_pack = nullptr;
+    if (dst->nb[0] != sizeof(float) && p.q8x_gemm) p.q8x_gemm = nullptr, p.q8x_unpack = nullptr, p.q8x_pack = nullptr;
     p.gather = b->nb[0] != sizeof(float);
     p.direct = p.vdt == GGML_TYPE_F32 && !p.gather && !p.q8x_dot;
     // other types with GGML_PREC_HIGH: each row is followed by its converted

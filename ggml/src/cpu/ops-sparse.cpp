@@ -189,6 +189,7 @@ struct rows_plan {
     // call; else vec_dot, or the fused row + residual kernel.
     ggml_q8x_dot_t q8x_dot;
     ggml_q8x_quantize_t q8x_quantize;
+    ggml_q8x_pack_t q8x_pack;  // non-null: q8x_dot's rows rewritten by it after q8x_quantize
     ggml_vec_dot2_t dot2;
     ggml_vec_dot_t dot;  // the one-token kernel for vdt (ggml_cpu_act_dot)
     bool priv;     // every thread converts all tokens into its own area: no barrier
@@ -212,6 +213,7 @@ rows_plan make_rows_plan(const ggml_tensor *dst) {
     const ggml_q8x_pick pick = ggml_cpu_q8x_pick(w->type, x->ne[0], x->ne[1], p.high);
     p.q8x_dot = p.convert ? pick.dot : nullptr;
     p.q8x_quantize = pick.quantize;
+    p.q8x_pack = p.q8x_dot && !pick.gemm ? pick.pack : nullptr;  // a gemm's pack is for its rows only
     if (p.q8x_dot) p.vrow = pick.vrow;
     p.dot2 = p.high && !p.q8x_dot && tw->vec_dot != tw->vec_dot_ref ? ggml_cpu_dot_resid(w->type) : nullptr;
     p.xstride = p.high && !p.q8x_dot ? 2 * p.vrow : p.vrow;  // the q8xh layout carries the residual itself
@@ -241,9 +243,11 @@ const char *convert_rows(const char *op, const ggml_compute_params *params, cons
     int64_t t0 = 0, t1 = T;
     if (p.priv) wdata += (size_t)ith * one;
     else ggml_split_range(T, ith, nth, &t0, &t1);
-    for (int64_t t = t0; t < t1; t++)
+    for (int64_t t = t0; t < t1; t++) {
         ggml_convert_act((const float *)((const char *)x->data + t * x->nb[1]), wdata + (size_t)t * p.xstride, K,
                          from_float, ggml_get_type_traits(p.vdt)->to_float, p.vrow, resid, scratch);
+        if (p.q8x_pack) p.q8x_pack(wdata + (size_t)t * p.xstride, K);
+    }
     if (!p.priv) ggml_barrier(params->tp);
     return wdata;
 }

@@ -122,9 +122,9 @@ typedef void (*ggml_q8x_dot_t)(int64_t k, const void *x, const void *y, size_t y
 #define GGML_Q8X_ACC_FIRST 1
 #define GGML_Q8X_ACC_LAST 2
 typedef void (*ggml_q8x_unpack_t)(int64_t k, const void *x, void *u);
-// A family's own activation order for its prompt kernels: rewrites a q8x
-// (q8xh) row of k elements in place, same size; the gemm of a type with one
-// then reads only rows so rewritten, and the one-row kernel never meets them.
+// A family's own activation order for some of its kernels: rewrites a q8x
+// (q8xh) row of k elements in place, same size; only the kernels made for it
+// (gemm_pack's gemm, dot_pack's dot_own) read rows so rewritten.
 typedef void (*ggml_q8x_pack_t)(void *y, int64_t k);
 typedef void (*ggml_q8x_gemm_t)(int64_t ng, const void *u, size_t u_stride, const void *y, size_t y_stride, float *acc,
                                 float *s, size_t s_stride, int nc, int flags);
@@ -153,6 +153,10 @@ struct ggml_q8x_kernels {
     int gemm_groups[2];
     // NULL: gemm (gemm_hi) reads q8x (q8xh) rows as they are
     ggml_q8x_pack_t gemm_pack[GGML_TYPE_COUNT], gemm_pack_hi[GGML_TYPE_COUNT];
+    // NULL: none; else the one-row kernels (the same bits as dot, dot_hi) on
+    // rows rewritten by dot_pack (dot_pack_hi), for the products no gemm reads
+    ggml_q8x_dot_t dot_own[GGML_TYPE_COUNT], dot_own_hi[GGML_TYPE_COUNT];
+    ggml_q8x_pack_t dot_pack[GGML_TYPE_COUNT], dot_pack_hi[GGML_TYPE_COUNT];
 };
 #ifdef GGML_SIMD_X86
 const struct ggml_q8x_kernels *ggml_cpu_q8x_avx2(void);        // needs the AVX2 family
@@ -172,7 +176,7 @@ struct ggml_q8x_pick {
     ggml_q8x_gemm_t gemm;
     ggml_q8x_unpack_t unpack;
     ggml_q8x_quantize_t quantize;
-    ggml_q8x_pack_t pack;  // non-NULL: gemm's rows rewritten by it after quantize
+    ggml_q8x_pack_t pack;  // non-NULL: the rows the kernels read (gemm's if any, else dot's) rewritten by it after quantize
     size_t vrow;      // bytes of one converted activation row
     int gemm_groups;  // groups of 128 elements per gemm call
 };
