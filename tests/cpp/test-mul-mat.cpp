@@ -233,7 +233,11 @@ int main() {
             const int64_t KL = bs == 256 ? 17 * 256 : 133 * 32;
             run_case(t, KL, 37, 1, 1, 1, 1, 1, B_CONTIG);
             run_case(t, KL, 37, 1, 1, 1, 1, 1, B_CONTIG, true);
-            cases += 2;
+            // rows enough for a static first share and several claimed chunks of ~64 KiB each
+            // (mul-mat.cpp CLAIM_BYTES): a mat-vec, and a prompt batch through the gemm kernels
+            run_case(t, KL, 600, 1, 1, 1, 1, 1, B_CONTIG);
+            run_case(t, KL, 300, 9, 1, 1, 1, 1, B_CONTIG, true);
+            cases += 4;
         }
     }
     ggml_cpu_force_scalar(0);

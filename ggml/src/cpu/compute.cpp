@@ -54,6 +54,10 @@ struct ggml_threadpool {
     std::atomic<int> phase{0};
     std::atomic<int> sleepers{0};
 
+    // ggml_claim's counters: the i-th node run takes work[i % 2]; thread 0
+    // zeroes the next one's during node i (nobody uses it between those barriers)
+    std::atomic<int64_t> work[2];
+
     void *wdata = nullptr;
     size_t wsize = 0;
     ggml_sparse_dense_policy dense_policy = ggml_cpu_sparse_should_use_dense;
@@ -104,12 +108,19 @@ void ggml_barrier(ggml_threadpool *tp) {
     tp->sleepers.fetch_sub(1, std::memory_order_relaxed);
 }
 
+int64_t ggml_claim(const ggml_compute_params *params, int64_t step) {
+    if (params->seq < 0) ggml_abort("ggml_claim: no work counter in a sub-call");
+    return params->tp->work[params->seq & 1].fetch_add(step, std::memory_order_relaxed);
+}
+
 static void run_graph(ggml_threadpool *tp, int ith) {
-    ggml_compute_params params = {ith, tp->n_threads, tp->wdata, tp->wsize, tp, tp->dense_policy};
+    ggml_compute_params params = {ith, tp->n_threads, tp->wdata, tp->wsize, tp, tp->dense_policy, 0};
     const int n = tp->n_nodes;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0, seq = 0; i < n; i++) {
         ggml_tensor *node = tp->nodes[i];
         if (ggml_op_is_view(node->op)) continue;
+        params.seq = seq++;  // counts the nodes run (a view has no barrier after it)
+        if (ith == 0) tp->work[seq & 1].store(0, std::memory_order_relaxed);  // the next one's: published by this node's barrier
         forward_table(node->op)(&params, node);
         ggml_barrier(tp);
     }
@@ -187,6 +198,7 @@ int ggml_cpu_compute_nodes(ggml_threadpool *tp, ggml_tensor **nodes, int n, bool
     }
     tp->nodes = nodes;
     tp->n_nodes = n;
+    tp->work[0].store(0, std::memory_order_relaxed);  // node 0's (the release below publishes it)
     if (tp->n_threads > 1) {
         {
             std::lock_guard<std::mutex> lock(tp->mu);

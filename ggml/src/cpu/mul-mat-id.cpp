@@ -259,6 +259,7 @@ extern "C" void ggml_compute_forward_mul_mat_id(const ggml_compute_params *param
         const int64_t n = group_size(r, e);
         if (n == 0) continue;
         ggml_compute_params sub = *params;
+        sub.seq = -1;  // several products in one node: one counter cannot serve them
         if (n == 1) {
             int64_t s1 = 0, t1 = 0;
             for (int64_t t = 0; t < r.T; t++)

@@ -17,7 +17,16 @@ struct ggml_compute_params {
     size_t wsize;
     struct ggml_threadpool *tp;
     ggml_sparse_dense_policy dense_policy;  // the pool's crossover (SPARSE_DOWN, SPARSE_FFN)
+    int seq;  // the node's place in the run (its work counter, ggml_claim), or -1: a sub-call that splits statically
 };
+
+// Dynamic work sharing inside one op: the start of the next `step` items of
+// the node's own counter (0, step, 2 step, ... across all its threads, fresh
+// for every node). Threads that take chunks in turn finish together even
+// when one is slowed by the host or the other's memory traffic, where a
+// static split leaves the faster one waiting at the barrier. Call only with
+// params->seq >= 0, and only once per op (one counter a node).
+int64_t ggml_claim(const struct ggml_compute_params *params, int64_t step);
 
 // Wait until all workers of the pool reach this point (inside one op).
 void ggml_barrier(struct ggml_threadpool *tp);
