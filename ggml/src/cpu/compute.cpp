@@ -56,7 +56,7 @@ struct ggml_threadpool {
 
     // ggml_claim's counters: the i-th node run takes work[i % 2]; thread 0
     // zeroes the next one's during node i (nobody uses it between those barriers)
-    std::atomic<int64_t> work[2];
+    std::atomic<int64_t> work[2]{};
 
     void *wdata = nullptr;
     size_t wsize = 0;
