@@ -149,16 +149,14 @@ namespace {
 struct row_share {
     const ggml_compute_params *params;
     int64_t n;
-    int64_t first;  // rows in each thread's first share (n / nth: static)
-    int64_t step;   // rows a claim of the rest
+    int64_t pool;  // rows [0, pool) go as equal first shares (ggml_split_range), the rest by claims
+    int64_t step;  // rows a claim
     bool started = false;
     // the next range [*lo, *hi) of [0, n) this thread takes; false: none left
     bool next(int64_t *lo, int64_t *hi) {
-        const int64_t pool = first * params->nth;  // the claimed rows start here
         if (!started) {
             started = true;
-            *lo = std::min(n, first * params->ith);
-            *hi = std::min(n, *lo + first);
+            ggml_split_range(pool, params->ith, params->nth, lo, hi);
             if (*lo < *hi) return true;
         }
         if (pool >= n) return false;
@@ -167,14 +165,14 @@ struct row_share {
         return *lo < n;
     }
 };
-// ggml_split_range's share of [0, n) for this thread
-row_share static_share(const ggml_compute_params *params, int64_t n) { return {params, n, (n + params->nth - 1) / params->nth, 1}; }
+// this thread's static share of [0, n), nothing claimed
+row_share static_share(const ggml_compute_params *params, int64_t n) { return {params, n, n, 0}; }
 row_share share_rows(const ggml_compute_params *params, int64_t n, size_t row_bytes) {
     const int nth = params->nth;
     if (nth == 1 || params->seq < 0) return static_share(params, n);
     const int64_t rows = std::max<int64_t>(1, (int64_t)(CLAIM_BYTES / std::max<size_t>(row_bytes, 1)));
     const int64_t step = (rows + QROWS - 1) / QROWS * QROWS;
-    return {params, n, n * 3 / 4 / nth / QROWS * QROWS, step};
+    return {params, n, n * 3 / 4 / nth / QROWS * QROWS * nth, step};
 }
 }  // namespace
 
