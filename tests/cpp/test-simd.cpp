@@ -602,8 +602,16 @@ int main() {
             const ggml_cpu_features &f = *ggml_cpu_get_features();
             CHECK(f.amd == (strcmp(vendor, "AuthenticAMD") == 0) && f.family == family, "cpu vendor %s family %d, detected amd=%d family %d",
                   vendor, family, (int)f.amd, f.family);
-            printf("cpu: %s family %d (0x%X); weight prefetch: Q4_0 %d, Q8_0 %d, F16 %d bytes ahead\n", vendor, family, (unsigned)family,
-                   ggml_cpu_prefetch_ahead(GGML_TYPE_Q4_0), ggml_cpu_prefetch_ahead(GGML_TYPE_Q8_0), ggml_cpu_prefetch_ahead(GGML_TYPE_F16));
+            const int l2 = GGML_PREFETCH_L2;
+            printf("cpu: %s family %d (0x%X); weight prefetch: Q4_0 %d, Q8_0 %d, F16 %d bytes ahead, into %s\n", vendor, family,
+                   (unsigned)family, ggml_cpu_prefetch_ahead(GGML_TYPE_Q4_0) & ~l2, ggml_cpu_prefetch_ahead(GGML_TYPE_Q8_0) & ~l2,
+                   ggml_cpu_prefetch_ahead(GGML_TYPE_F16) & ~l2, ggml_cpu_prefetch_ahead(GGML_TYPE_Q4_0) & l2 ? "L2" : "L1");
+            // whole lines ahead (bit 0 is the L2 flag), at most a page: every line of the stream is touched
+            for (int t = 0; t < GGML_TYPE_COUNT; t++) {
+                if (!ggml_get_type_traits((ggml_type)t)) continue;
+                const int d = ggml_cpu_prefetch_ahead((ggml_type)t) & ~l2;
+                CHECK(d > 0 && d % 64 == 0 && d <= 16384, "prefetch distance %d of %s", d, ggml_type_name((ggml_type)t));
+            }
         }
     }
     // the AMX tiles only at the amx level (the default), on a CPU with them, once the OS grants them
