@@ -50,14 +50,14 @@ int ggml_cpu_prefetch_ahead(enum ggml_type t);
 // the kernel's own loads (one thread, Q4_0 mat-vec 16 -> 20 GB/s into L2).
 #define GGML_PREFETCH_L2 1
 extern __thread int ggml_prefetch_distance __attribute__((tls_model("initial-exec")));
-static inline void ggml_prefetch_line(const char *p) {
+__attribute__((always_inline)) static inline void ggml_prefetch_line(const char *p) {
 #if defined(__x86_64__)
     __asm__ volatile("prefetcht0 %0" : : "m"(*p));
 #else
     __builtin_prefetch(p, 0, 3);
 #endif
 }
-static inline void ggml_prefetch_line_l2(const char *p) {
+__attribute__((always_inline)) static inline void ggml_prefetch_line_l2(const char *p) {
 #if defined(__x86_64__)
     __asm__ volatile("prefetcht1 %0" : : "m"(*p));
 #else
@@ -68,7 +68,9 @@ static inline void ggml_prefetch_line_l2(const char *p) {
 // other in memory, so consecutive prefetched addresses are at most 64 bytes
 // apart and every line of the stream is touched (a chunk's last byte needs
 // no prefetch of its own: the next chunk's first one covers its line).
-static inline void ggml_prefetch_chunk(const void *p, int bytes, int ahead) {
+// Inlined by force: with the two hints GCC called it out of line, once per
+// group of the kernels' inner loops.
+__attribute__((always_inline)) static inline void ggml_prefetch_chunk(const void *p, int bytes, int ahead) {
     if (!ahead) return;
     const char *q = (const char *)p + (ahead & ~GGML_PREFETCH_L2);
     if (ahead & GGML_PREFETCH_L2)
