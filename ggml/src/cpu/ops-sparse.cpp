@@ -91,10 +91,7 @@ inline int64_t prefetch_rows(size_t row_bytes) {
 // hint: GGML_PREFETCH_L2 where this CPU takes weight lines into L2 only
 // (ggml_cpu_prefetch_ahead; Zen 4 predictor-mode decoding +8-15%), else 0.
 inline void prefetch_bytes(const char *p, size_t n, int hint) {
-    if (hint & GGML_PREFETCH_L2)
-        for (size_t o = 0; o < n; o += 64) ggml_prefetch_line_l2(p + o);
-    else
-        for (size_t o = 0; o < n; o += 64) ggml_prefetch_line(p + o);
+    for (size_t o = 0; o < n; o += 64) ggml_prefetch_line(p + o, hint & GGML_PREFETCH_L2);
 }
 
 [[noreturn]] void bad_list(const char *op, int64_t id) {

@@ -45,23 +45,23 @@ ggml_vec_dot2_t ggml_cpu_dot_resid(enum ggml_type t);
 // GGML_PREFETCH_L2 where the lines are better fetched into L2 only.
 int ggml_cpu_prefetch_ahead(enum ggml_type t);
 // Bit 0 of a distance (distances are whole lines): prefetch into L2, not L1.
-// On AMD Zen 4 a prefetch into L1 holds one of the core's few L1 miss
-// buffers until its line arrives from DRAM, and the weight stream then stalls
-// the kernel's own loads (one thread, Q4_0 mat-vec 16 -> 20 GB/s into L2).
+// AMD Zen 4 streams weights faster so (one thread, Q4_0 mat-vec 16 -> 20
+// GB/s); a prefetch into L1 presumably holds one of the core's few L1 miss
+// buffers until its line arrives from DRAM, stalling the kernel's own loads.
 #define GGML_PREFETCH_L2 1
 extern __thread int ggml_prefetch_distance __attribute__((tls_model("initial-exec")));
-__attribute__((always_inline)) static inline void ggml_prefetch_line(const char *p) {
+// One line, into L1 (prefetcht0) or, l2, into L2 only (prefetcht1).
+__attribute__((always_inline)) static inline void ggml_prefetch_line(const char *p, bool l2 = false) {
 #if defined(__x86_64__)
-    __asm__ volatile("prefetcht0 %0" : : "m"(*p));
+    if (l2)
+        __asm__ volatile("prefetcht1 %0" : : "m"(*p));
+    else
+        __asm__ volatile("prefetcht0 %0" : : "m"(*p));
 #else
-    __builtin_prefetch(p, 0, 3);
-#endif
-}
-__attribute__((always_inline)) static inline void ggml_prefetch_line_l2(const char *p) {
-#if defined(__x86_64__)
-    __asm__ volatile("prefetcht1 %0" : : "m"(*p));
-#else
-    __builtin_prefetch(p, 0, 2);
+    if (l2)
+        __builtin_prefetch(p, 0, 2);
+    else
+        __builtin_prefetch(p, 0, 3);
 #endif
 }
 // One prefetch per 64 bytes of the chunk: the callers' chunks follow each
@@ -73,10 +73,8 @@ __attribute__((always_inline)) static inline void ggml_prefetch_line_l2(const ch
 __attribute__((always_inline)) static inline void ggml_prefetch_chunk(const void *p, int bytes, int ahead) {
     if (!ahead) return;
     const char *q = (const char *)p + (ahead & ~GGML_PREFETCH_L2);
-    if (ahead & GGML_PREFETCH_L2)
-        for (int o = 0; o < bytes; o += 64) ggml_prefetch_line_l2(q + o);
-    else
-        for (int o = 0; o < bytes; o += 64) ggml_prefetch_line(q + o);
+    const bool l2 = ahead & GGML_PREFETCH_L2;
+    for (int o = 0; o < bytes; o += 64) ggml_prefetch_line(q + o, l2);
 }
 
 // ---- "q8x": MUL_MAT's internal activation layout for the 32-element block
