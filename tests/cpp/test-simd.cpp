@@ -606,7 +606,7 @@ int main() {
             printf("cpu: %s family %d (0x%X); weight prefetch: Q4_0 %d, Q8_0 %d, F16 %d bytes ahead, into %s\n", vendor, family,
                    (unsigned)family, ggml_cpu_prefetch_ahead(GGML_TYPE_Q4_0) & ~l2, ggml_cpu_prefetch_ahead(GGML_TYPE_Q8_0) & ~l2,
                    ggml_cpu_prefetch_ahead(GGML_TYPE_F16) & ~l2, ggml_cpu_prefetch_ahead(GGML_TYPE_Q4_0) & l2 ? "L2" : "L1");
-            // whole lines ahead (bit 0 is the L2 flag), at most a page: every line of the stream is touched
+            // whole lines ahead (which leaves bit 0 free for the L2 flag), at most 16 KiB
             for (int t = 0; t < GGML_TYPE_COUNT; t++) {
                 if (!ggml_get_type_traits((ggml_type)t)) continue;
                 const int d = ggml_cpu_prefetch_ahead((ggml_type)t) & ~l2;

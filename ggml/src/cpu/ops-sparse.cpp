@@ -88,10 +88,10 @@ constexpr size_t PREFETCH_BYTES = 20 * 1024;
 inline int64_t prefetch_rows(size_t row_bytes) {
     return std::min<int64_t>(16, std::max<int64_t>(2, (int64_t)(PREFETCH_BYTES / std::max<size_t>(row_bytes, 1))));
 }
-// hint: GGML_PREFETCH_L2 where this CPU takes weight lines into L2 only
-// (ggml_cpu_prefetch_ahead; Zen 4 predictor-mode decoding +5-17%), else 0.
-inline void prefetch_bytes(const char *p, size_t n, int hint) {
-    for (size_t o = 0; o < n; o += 64) ggml_prefetch_line(p + o, hint & GGML_PREFETCH_L2);
+// l2: this CPU takes weight lines into L2 only (ggml_cpu_prefetch_ahead's
+// GGML_PREFETCH_L2; Zen 4 predictor-mode decoding +5-17%).
+inline void prefetch_bytes(const char *p, size_t n, bool l2) {
+    for (size_t o = 0; o < n; o += 64) ggml_prefetch_line(p + o, l2);
 }
 
 [[noreturn]] void bad_list(const char *op, int64_t id) {
@@ -323,15 +323,15 @@ extern "C" void ggml_compute_forward_mul_mat_sparse_rows(const ggml_compute_para
     // pairs with is computed: one neuron's g rows at once overfill the queue)
     const size_t rbytes = wbytes / (size_t)g;
     const int64_t ahead = contiguous ? 0 : std::max<int64_t>(1, prefetch_rows(rbytes) / g);
-    const int hint = ggml_cpu_prefetch_ahead(w->type) & GGML_PREFETCH_L2;
-    for (int64_t a = a0; a < std::min(a1, a0 + ahead); a++) prefetch_bytes(wrow_of(a), wbytes, hint);
+    const bool l2 = ggml_cpu_prefetch_ahead(w->type) & GGML_PREFETCH_L2;
+    for (int64_t a = a0; a < std::min(a1, a0 + ahead); a++) prefetch_bytes(wrow_of(a), wbytes, l2);
     int64_t cur = lo;
     for (int64_t a = a0; a < a1; a++) {
         const int64_t i = l.ids[a];
         if (i < cur || i >= hi) bad_list(op, i);
         zero(cur, i);
         for (int j = 0; j < g; j++) {
-            if (ahead && a + ahead < a1) prefetch_bytes(wrow_of(a + ahead) + j * rbytes, rbytes, hint);
+            if (ahead && a + ahead < a1) prefetch_bytes(wrow_of(a + ahead) + j * rbytes, rbytes, l2);
             const char *wrow = (const char *)w->data + (i * g + j) * w->nb[1];
             row_dots(p, K, wrow, conv, x, outg(i, 0, j), dst->nb[1], T);
         }
@@ -481,8 +481,8 @@ extern "C" void ggml_compute_forward_sparse_down(const ggml_compute_params *para
     const size_t sbytes = (size_t)(len / tw->blck_size) * tw->type_size;  // this thread's slice of a row
     auto slice_of = [&](int64_t a) { return (const char *)wt->data + (int64_t)l.ids[a] * wt->nb[1] + woff; };
     const int64_t ahead = prefetch_rows(sbytes);
-    const int hint = ggml_cpu_prefetch_ahead(wt->type) & GGML_PREFETCH_L2;
-    for (int64_t a = l.lo; a < std::min(l.hi, l.lo + ahead); a++) prefetch_bytes(slice_of(a), sbytes, hint);
+    const bool l2 = ggml_cpu_prefetch_ahead(wt->type) & GGML_PREFETCH_L2;
+    for (int64_t a = l.lo; a < std::min(l.hi, l.lo + ahead); a++) prefetch_bytes(slice_of(a), sbytes, l2);
 
     const void *rows[GGML_AXPY_MAX_ROWS];
     int64_t gid[GGML_AXPY_MAX_ROWS];
@@ -501,7 +501,7 @@ extern "C" void ggml_compute_forward_sparse_down(const ggml_compute_params *para
         const int64_t i = l.ids[a];
         if (i <= prev || i >= end) bad_list(op, i);
         prev = i;
-        if (a + ahead < l.hi) prefetch_bytes(slice_of(a + ahead), sbytes, hint);
+        if (a + ahead < l.hi) prefetch_bytes(slice_of(a + ahead), sbytes, l2);
         bool any = false;  // a neuron with h = 0 for every token adds nothing (relu zeros)
         for (int64_t t = 0; t < T && !any; t++) any = hval(i, t) != 0.0f;
         if (!any) continue;
@@ -602,16 +602,16 @@ extern "C" void ggml_compute_forward_sparse_ffn(const ggml_compute_params *param
     // stream per matrix that the hardware prefetcher follows by itself
     const bool contiguous = m > 0 && l.ids[l.hi - 1] - l.ids[l.lo] == m - 1;
     const int64_t ahead = contiguous ? 0 : std::max<int64_t>(1, prefetch_rows(rbytes) / 3);
-    const int hint = ggml_cpu_prefetch_ahead(w->type) & GGML_PREFETCH_L2;
+    const bool l2 = ggml_cpu_prefetch_ahead(w->type) & GGML_PREFETCH_L2;
 
     for (int part = ith; part < P; part += nth) {
         const int64_t a_begin = l.lo + m * part / P, a_end = l.lo + m * (part + 1) / P;
         if (!dense)
             for (int64_t t = 0; t < T; t++) memset(target(part, t), 0, sizeof(float) * (size_t)d);
         for (int64_t a = a_begin; a < std::min(a_end, a_begin + ahead); a++) {
-            prefetch_bytes(gate_row(a), rbytes, hint);
-            prefetch_bytes(up_row(a), rbytes, hint);
-            if (!dense) prefetch_bytes(down_row(a), rbytes, hint);
+            prefetch_bytes(gate_row(a), rbytes, l2);
+            prefetch_bytes(up_row(a), rbytes, l2);
+            if (!dense) prefetch_bytes(down_row(a), rbytes, l2);
         }
         const void *rows[GGML_AXPY_MAX_ROWS];
         float hv[GGML_AXPY_MAX_ROWS][GGML_SPARSE_FFN_MAX_T];
@@ -632,15 +632,15 @@ extern "C" void ggml_compute_forward_sparse_ffn(const ggml_compute_params *param
             prev = i;
             const bool pf = ahead && a + ahead < a_end;
             float g[GGML_SPARSE_FFN_MAX_T], u[GGML_SPARSE_FFN_MAX_T];
-            if (pf) prefetch_bytes(gate_row(a + ahead), rbytes, hint);
+            if (pf) prefetch_bytes(gate_row(a + ahead), rbytes, l2);
             row_dots(p, d, gate_row(a), conv, x, g, sizeof(float), T);
-            if (pf) prefetch_bytes(up_row(a + ahead), rbytes, hint);
+            if (pf) prefetch_bytes(up_row(a + ahead), rbytes, l2);
             row_dots(p, d, up_row(a), conv, x, u, sizeof(float), T);
             if (dense) {
                 for (int64_t t = 0; t < T; t++) hd[t * n + i] = activate(g[t]) * (relu_up ? op_relu(u[t]) : u[t]);
                 continue;
             }
-            if (pf) prefetch_bytes(down_row(a + ahead), rbytes, hint);
+            if (pf) prefetch_bytes(down_row(a + ahead), rbytes, l2);
             bool any = false;  // a neuron with h = 0 for every token adds nothing
             for (int64_t t = 0; t < T; t++) {
                 hv[nr][t] = activate(g[t]) * (relu_up ? op_relu(u[t]) : u[t]);
