@@ -602,15 +602,21 @@ int main() {
             const ggml_cpu_features &f = *ggml_cpu_get_features();
             CHECK(f.amd == (strcmp(vendor, "AuthenticAMD") == 0) && f.family == family, "cpu vendor %s family %d, detected amd=%d family %d",
                   vendor, family, (int)f.amd, f.family);
-            const int l2 = GGML_PREFETCH_L2;
-            printf("cpu: %s family %d (0x%X); weight prefetch: Q4_0 %d, Q8_0 %d, F16 %d bytes ahead, into %s\n", vendor, family,
-                   (unsigned)family, ggml_cpu_prefetch_ahead(GGML_TYPE_Q4_0) & ~l2, ggml_cpu_prefetch_ahead(GGML_TYPE_Q8_0) & ~l2,
-                   ggml_cpu_prefetch_ahead(GGML_TYPE_F16) & ~l2, ggml_cpu_prefetch_ahead(GGML_TYPE_Q4_0) & l2 ? "L2" : "L1");
-            // whole lines ahead (which leaves bit 0 free for the L2 flag), at most 16 KiB
+            const int q4 = ggml_cpu_prefetch_ahead(GGML_TYPE_Q4_0, false), q4h = ggml_cpu_prefetch_ahead(GGML_TYPE_Q4_0, true);
+            printf("cpu: %s family %d (0x%X); weight prefetch: Q4_0 %d, Q8_0 %d, F16 %d bytes ahead, into %s; q8xh kernels: %s\n", vendor,
+                   family, (unsigned)family, q4 & ~GGML_PREFETCH_FLAGS, ggml_cpu_prefetch_ahead(GGML_TYPE_Q8_0, false) & ~GGML_PREFETCH_FLAGS,
+                   ggml_cpu_prefetch_ahead(GGML_TYPE_F16, false) & ~GGML_PREFETCH_FLAGS, q4 & GGML_PREFETCH_L2 ? "L2" : "L1",
+                   q4h & GGML_PREFETCH_NEAR ? "also into L1 nearer" : "the same");
+            // whole lines ahead (which leaves bits 0 and 1 free for the flags), at most 16 KiB; the near
+            // pass into L1 only beside a far one into L2, and nearer than it
             for (int t = 0; t < GGML_TYPE_COUNT; t++) {
                 if (!ggml_get_type_traits((ggml_type)t)) continue;
-                const int d = ggml_cpu_prefetch_ahead((ggml_type)t) & ~l2;
-                CHECK(d > 0 && d % 64 == 0 && d <= 16384, "prefetch distance %d of %s", d, ggml_type_name((ggml_type)t));
+                for (bool hi : {false, true}) {
+                    const int a = ggml_cpu_prefetch_ahead((ggml_type)t, hi), d = a & ~GGML_PREFETCH_FLAGS;
+                    CHECK(d > 0 && d % 64 == 0 && d <= 16384, "prefetch distance %d of %s", d, ggml_type_name((ggml_type)t));
+                    CHECK(!(a & GGML_PREFETCH_NEAR) || ((a & GGML_PREFETCH_L2) && d > GGML_PREFETCH_NEAR_BYTES),
+                          "near prefetch of %s: flags %d, distance %d", ggml_type_name((ggml_type)t), a & GGML_PREFETCH_FLAGS, d);
+                }
             }
         }
     }

@@ -54,6 +54,7 @@ struct plan {
     ggml_amx_gemm_t amx_gemm;      // non-null: the prompt batch runs on AMX tiles (mul_mat_amx)
     ggml_amx_unpack_t amx_unpack;  // ... on weight rows unpacked by this
     size_t amx_usz;                // bytes of one unpacked block of 16 weight rows
+    int prefetch;                  // the weight prefetch of a walk by rows (ggml_cpu_prefetch_ahead)
 };
 
 void copy_row_f32(const float *x, void *y, int64_t k) { memcpy(y, x, sizeof(float) * (size_t)k); }
@@ -77,6 +78,7 @@ plan make_plan(const ggml_tensor *a, const ggml_tensor *b, const ggml_tensor *ds
     // GGML_PREC_HIGH with a q8xh kernel: the residual travels in the
     // activation layout itself (vec-dot-simd.h), one column per row.
     const bool hi_kernel = high && pick.dot;
+    p.prefetch = ggml_cpu_prefetch_ahead(a->type, hi_kernel);
     // F16 weights keep their F16 activation rows (exact f32 rows at high
     // precision); only the kernel is the multi-column one. Mat-vec keeps
     // vec_dot, whose four accumulators hide the fma latency that a single
@@ -323,7 +325,7 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
     struct prefetch_scope {
         explicit prefetch_scope(int d) { ggml_prefetch_distance = d; }
         ~prefetch_scope() { ggml_prefetch_distance = 0; }
-    } prefetch(by_rows ? ggml_cpu_prefetch_ahead(a->type) : 0);
+    } prefetch(by_rows ? p.prefetch : 0);
     if (p.q8x_dot) {
         // Columns go in fixed tiles of QCOLS from column 0 (a column split
         // moves whole tiles), so every element is computed the same way

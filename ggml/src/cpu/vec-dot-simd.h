@@ -42,13 +42,23 @@ ggml_vec_dot2_t ggml_cpu_dot_resid(enum ggml_type t);
 // (An asm statement: with GCC 12 at -O2 no prefetch instruction was left in
 // the compiled q8x kernels when this used __builtin_prefetch; the asm stays.)
 // The distance for a dense stream of weight type t on this CPU (bytes), plus
-// GGML_PREFETCH_L2 where the lines are better fetched into L2 only.
-int ggml_cpu_prefetch_ahead(enum ggml_type t);
+// GGML_PREFETCH_L2 where the lines are better fetched into L2 only, and
+// GGML_PREFETCH_NEAR where they are also better pulled into L1 shortly before
+// use; q8xh: the product runs a q8xh kernel (GGML_PREC_HIGH).
+int ggml_cpu_prefetch_ahead(enum ggml_type t, bool q8xh);
 // Bit 0 of a distance (distances are whole lines): prefetch into L2, not L1.
 // AMD Zen 4 streams weights faster so (one thread, Q4_0 mat-vec 16 -> 20
 // GB/s); a prefetch into L1 presumably holds one of the core's few L1 miss
 // buffers until its line arrives from DRAM, stalling the kernel's own loads.
 #define GGML_PREFETCH_L2 1
+// Bit 1: besides, each line goes from L2 into L1 GGML_PREFETCH_NEAR_BYTES
+// ahead (a short wait, so it holds a miss buffer briefly). It pays where a
+// kernel computes near its stream's speed, whose own loads would otherwise
+// wait for L2 with its out-of-order window full of arithmetic; the lighter
+// kernels lose a few points to the extra instructions (cpu-type-traits.cpp).
+#define GGML_PREFETCH_NEAR 2
+#define GGML_PREFETCH_NEAR_BYTES 2048
+#define GGML_PREFETCH_FLAGS (GGML_PREFETCH_L2 | GGML_PREFETCH_NEAR)
 extern __thread int ggml_prefetch_distance __attribute__((tls_model("initial-exec")));
 // One line, into L1 (prefetcht0) or, l2, into L2 only (prefetcht1).
 __attribute__((always_inline)) static inline void ggml_prefetch_line(const char *p, bool l2 = false) {
@@ -72,9 +82,11 @@ __attribute__((always_inline)) static inline void ggml_prefetch_line(const char 
 // group of the kernels' inner loops.
 __attribute__((always_inline)) static inline void ggml_prefetch_chunk(const void *p, int bytes, int ahead) {
     if (!ahead) return;
-    const char *q = (const char *)p + (ahead & ~GGML_PREFETCH_L2);
+    const char *q = (const char *)p + (ahead & ~GGML_PREFETCH_FLAGS);
     const bool l2 = ahead & GGML_PREFETCH_L2;
     for (int o = 0; o < bytes; o += 64) ggml_prefetch_line(q + o, l2);
+    if (ahead & GGML_PREFETCH_NEAR)
+        for (int o = 0; o < bytes; o += 64) ggml_prefetch_line((const char *)p + GGML_PREFETCH_NEAR_BYTES + o);
 }
 
 // ---- "q8x": MUL_MAT's internal activation layout for the 32-element block
