@@ -212,9 +212,9 @@ const ggml_axpy_kernels *ggml_cpu_axpy(void) { return g_force_scalar ? &tables()
 // 29, `high` 20 -> 23; 2 KiB ahead slower, 8 KiB as 4), and its q8xh kernels
 // (the 32-element types at `high`, the heaviest per byte) with the lines
 // also pulled into L1 (GGML_PREFETCH_NEAR; 2 threads, alternating rounds:
-// Q4_0 69-74% -> 80-87% of the read, Q4_1 72-77% -> 83-90%, Q8_0 80-84% ->
-// 82-90%; 1 KiB as 2; the K-quants and every type at `fast` were level or
-// a few points slower with it).
+// Q4_0 69-73% -> 83-86% of the read, Q4_1 76-81% -> 87%, Q5_0 75-81% ->
+// 84-89%, Q8_0 79-82% -> 77-91%; 1 KiB about as 2; the K-quants and every
+// type at `fast` were level or a few points slower with it).
 int ggml_cpu_prefetch_ahead(enum ggml_type t, bool q8xh) {
     const ggml_cpu_features &f = *ggml_cpu_get_features();
     const bool narrow = ggml_type_size(t) * 8 < 8 * (size_t)ggml_blck_size(t);
