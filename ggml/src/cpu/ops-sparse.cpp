@@ -88,8 +88,11 @@ constexpr size_t PREFETCH_BYTES = 20 * 1024;
 inline int64_t prefetch_rows(size_t row_bytes) {
     return std::min<int64_t>(16, std::max<int64_t>(2, (int64_t)(PREFETCH_BYTES / std::max<size_t>(row_bytes, 1))));
 }
-// l2: this CPU takes weight lines into L2 only (ggml_cpu_prefetch_ahead's
-// GGML_PREFETCH_L2; Zen 4 predictor-mode decoding +5-17%).
+// Whether this CPU takes lines of weight type t into L2 only
+// (ggml_cpu_prefetch_ahead's GGML_PREFETCH_L2; Zen 4 predictor-mode decoding
+// +5-17%). Asked once per op: the scattered rows here never run a q8xh
+// kernel's dense stream, the only one with a near pass into L1.
+inline bool prefetch_l2(ggml_type t) { return ggml_cpu_prefetch_ahead(t, false) & GGML_PREFETCH_L2; }
 inline void prefetch_bytes(const char *p, size_t n, bool l2) {
     for (size_t o = 0; o < n; o += 64) ggml_prefetch_line(p + o, l2);
 }
@@ -323,7 +326,7 @@ extern "C" void ggml_compute_forward_mul_mat_sparse_rows(const ggml_compute_para
     // pairs with is computed: one neuron's g rows at once overfill the queue)
     const size_t rbytes = wbytes / (size_t)g;
     const int64_t ahead = contiguous ? 0 : std::max<int64_t>(1, prefetch_rows(rbytes) / g);
-    const bool l2 = ggml_cpu_prefetch_ahead(w->type, false) & GGML_PREFETCH_L2;
+    const bool l2 = prefetch_l2(w->type);
     for (int64_t a = a0; a < std::min(a1, a0 + ahead); a++) prefetch_bytes(wrow_of(a), wbytes, l2);
     int64_t cur = lo;
     for (int64_t a = a0; a < a1; a++) {
@@ -481,7 +484,7 @@ extern "C" void ggml_compute_forward_sparse_down(const ggml_compute_params *para
     const size_t sbytes = (size_t)(len / tw->blck_size) * tw->type_size;  // this thread's slice of a row
     auto slice_of = [&](int64_t a) { return (const char *)wt->data + (int64_t)l.ids[a] * wt->nb[1] + woff; };
     const int64_t ahead = prefetch_rows(sbytes);
-    const bool l2 = ggml_cpu_prefetch_ahead(wt->type, false) & GGML_PREFETCH_L2;
+    const bool l2 = prefetch_l2(wt->type);
     for (int64_t a = l.lo; a < std::min(l.hi, l.lo + ahead); a++) prefetch_bytes(slice_of(a), sbytes, l2);
 
     const void *rows[GGML_AXPY_MAX_ROWS];
@@ -602,7 +605,7 @@ extern "C" void ggml_compute_forward_sparse_ffn(const ggml_compute_params *param
     // stream per matrix that the hardware prefetcher follows by itself
     const bool contiguous = m > 0 && l.ids[l.hi - 1] - l.ids[l.lo] == m - 1;
     const int64_t ahead = contiguous ? 0 : std::max<int64_t>(1, prefetch_rows(rbytes) / 3);
-    const bool l2 = ggml_cpu_prefetch_ahead(w->type, false) & GGML_PREFETCH_L2;
+    const bool l2 = prefetch_l2(w->type);
 
     for (int part = ith; part < P; part += nth) {
         const int64_t a_begin = l.lo + m * part / P, a_end = l.lo + m * (part + 1) / P;
