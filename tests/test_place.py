@@ -180,7 +180,7 @@ def test_profile_gguf_matches_torch(pipe, tmp_path):
                      str(tmp_path / "d")]) == 1
 
 
-def test_block_quantized_down(pipe, tmp_path, capsys):
+def test_block_quantized_down(pipe, placed, tmp_path, capsys):  # placed: the reference file below
     q8 = str(tmp_path / "q8.gguf")
     assert cli.main(["quantize", pipe["pred"], q8, "q8_0", "--pure", "--threads", "2"]) == 0
     out = str(tmp_path / "out.gguf")
