@@ -178,14 +178,20 @@ inline void add_scaled_min(const block_q8_K *y, __m512i sumi, __m256i mn, __m128
 
 // q2_K / q3_K register m holds elements 64m .. 64m + 63 in order, so the
 // activations are plain 64-byte loads. Byte l of the quants' half h = m / 2
-// holds element 128h + 32j + l at shift 2j: the 32 bytes of that half are
-// broadcast to both 256-bit lanes and shifted by 2j0 (low lane) and 2j0 + 2
-// (high lane), j0 = 2 (m % 2). Word w's sub-block of 16 is 4m + w / 8.
-inline __m512i shift_2bit(int m) { return _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * (m & 1))), _mm256_set1_epi16((short)(4 * (m & 1) + 2)), 1); }
-inline __m512i quants_2bit(const uint8_t *qs, int m, __m512i shift) {
-    const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * (m >> 1))));
-    return _mm512_and_si512(_mm512_srlv_epi16(q, shift), _mm512_set1_epi8(3));
+// holds element 128h + 32j + l at shift 2j: the 32 bytes of that half, as
+// they are (low 256 bits) and shifted by 2 (high), give register 2h (j = 0,
+// 1) and, shifted by 4, register 2h + 1 (j = 2, 3), with immediate shifts
+// (a per-lane vpsrlvw of the broadcast bytes before; with q3_K's hmask laid
+// out the same way, Zen 4 VM, one thread in cache: q3_K `fast` 14.5 -> 15.2
+// GB/s, `high` 11.35 -> 11.9; 2 threads streaming 79% -> 82% of the read
+// bandwidth; q2_K level). Word w's sub-block of 16 is 4m + w / 8.
+inline __m512i half_2bit(const uint8_t *qs, int h) {
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 2), 1);
 }
+// register m's quants in their low 2 bits (the bits above unmasked), from half_2bit(qs, m / 2)
+inline __m512i shifted_2bit(__m512i half, int m) { return m & 1 ? _mm512_srli_epi16(half, 4) : half; }
+inline __m512i quants_2bit(__m512i half, int m) { return _mm512_and_si512(shifted_2bit(half, m), _mm512_set1_epi8(3)); }
 
 // q2_K's 16 mins (the high nibbles of its scale bytes sv) as words.
 inline __m256i q2k_mins(__m128i sv) { return _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sv, 4), _mm_set1_epi8(0x0F))); }
@@ -196,7 +202,6 @@ void dot_q2_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
     static const word_index<idx_6bit> idx;
     const block_q2_K *x = (const block_q2_K *)vx;
     const int64_t nb = n / QK_K;
-    const __m512i sh[4] = {shift_2bit(0), shift_2bit(1), shift_2bit(2), shift_2bit(3)};
     __m512 acc = _mm512_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
     const int ahead = ggml_prefetch_distance;
@@ -206,8 +211,9 @@ void dot_q2_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
         const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sv, _mm_set1_epi8(0x0F))));
         const __m256i mn = q2k_mins(sv);
         __m512i u[4], scm[4];
+        const __m512i hq[2] = {half_2bit(x[i].qs, 0), half_2bit(x[i].qs, 1)};
         for (int m = 0; m < 4; m++) {
-            u[m] = quants_2bit(x[i].qs, m, sh[m]);
+            u[m] = quants_2bit(hq[m / 2], m);
             scm[m] = _mm512_permutexvar_epi16(idx[m], sc);
         }
         const __m128 dm = fp16_pair(&x[i].d);
@@ -222,18 +228,19 @@ void dot_q2_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
 
 // q2_K with VBMI (Ice Lake, Zen 4 and later): sc * u <= 45 fits a byte, so
 // the scale goes into the weights once per superblock instead of into every
-// row's sums: a 64-byte table holds sc_k * u at byte 4k + u, and one vpermb
-// of index 4k + u per register gives the scaled weights, which vpdpbusd
-// takes straight (no maddubs + vpdpwssd per row). Register m's 128-bit lane
-// L is sub-block 4m + L. In-cache, one thread (Xeon VM): 10.3 -> 11.4 GB/s
-// `fast`, 7.5 -> 8.3 with the residual row. The table itself is two vpermb
-// and a ternary-logic op: each byte's scale byte, its nibble merged with 16 u
-// into an index into the constant products (before: a mask, two masked
-// vpermb and two adds; 0-5% in cache on a noisy guest).
-inline int q2k_table_scale(int, int b) { return b / 4; }    // byte b of the table: scale b / 4
-inline int q2k_table_u(int, int b) { return 16 * (b % 4); }  // ... and u = b % 4, as 16 u
-inline int q2k_product(int, int i) { return (i % 16) * (i / 16); }  // byte 16 u + sc: sc u
-inline int q2k_lane_base(int m, int b) { return 16 * m + 4 * (b / 16); }  // 4k of byte b of register m
+// row's sums: a table of the products sc_k * u, looked up by u, gives the
+// scaled weights, which vpdpbusd takes straight (no maddubs + vpdpwssd per
+// row). In-cache, one thread (Xeon VM): 10.3 -> 11.4 GB/s `fast`, 7.5 -> 8.3
+// with the residual row. Register m's 128-bit lane L is sub-block 4m + L, so
+// the table's lane L holds sc_{4m+L} * u at byte 4m + u for every m and each
+// register's lookup is an in-lane vpshufb of index 4m + u (a vpermb over one
+// 64-byte table before: level to +2% in cache on the Zen 4 VM). The table
+// itself is two vpermb and a ternary-logic op: each byte's scale byte, its
+// nibble merged with 16 u into an index into the constant products.
+inline int q2k_table_scale(int, int b) { return 4 * (b % 16 / 4) + b / 16; }  // byte b (lane L = b / 16, 4m + u = b % 16): scale 4m + L
+inline int q2k_table_u(int, int b) { return 16 * (b % 4); }                   // ... and u = b % 4, as 16 u
+inline int q2k_product(int, int i) { return (i % 16) * (i / 16); }            // byte 16 u + sc: sc u
+inline int q2k_lane_base(int m, int) { return 4 * m; }                        // register m's table bytes: 4m + u
 template <int NR>
 __attribute__((target("avx512vbmi"))) void dot_q2_K_vbmi(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
     static const byte_index<q2k_table_scale> tsc;
@@ -242,7 +249,6 @@ __attribute__((target("avx512vbmi"))) void dot_q2_K_vbmi(int64_t n, float *s, co
     static const byte_index<q2k_lane_base> base;
     const block_q2_K *x = (const block_q2_K *)vx;
     const int64_t nb = n / QK_K;
-    const __m512i sh[4] = {shift_2bit(0), shift_2bit(1), shift_2bit(2), shift_2bit(3)};
     const __m512i three = _mm512_set1_epi8(3);
     __m512 acc = _mm512_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
@@ -250,15 +256,15 @@ __attribute__((target("avx512vbmi"))) void dot_q2_K_vbmi(int64_t n, float *s, co
     for (int64_t i = 0; i < nb; i++) {
         ggml_prefetch_chunk(x + i, (int)sizeof(*x), ahead);
         const __m128i sv = _mm_loadu_si128((const __m128i *)x[i].scales);
-        // byte 4k + u of the table: sc_k u, looked up in the constant products by 16 u + sc_k
+        // byte 4m + u of the table's lane L: sc_k u (k = 4m + L), looked up in the constant products by 16 u + sc_k
         const __m512i sk = _mm512_permutexvar_epi8(tsc[0], _mm512_castsi128_si512(sv));
         const __m512i table = _mm512_permutexvar_epi8(_mm512_ternarylogic_epi32(sk, _mm512_set1_epi8(0x0F), tu[0], 0xEA), prod[0]);  // (a & b) | c
         const __m256i mn = q2k_mins(sv);
         __m512i w[4];
+        const __m512i hq[2] = {half_2bit(x[i].qs, 0), half_2bit(x[i].qs, 1)};
         for (int m = 0; m < 4; m++) {
-            const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * (m >> 1))));
-            const __m512i ix = _mm512_ternarylogic_epi32(_mm512_srlv_epi16(q, sh[m]), three, base[m], 0xEA);  // (a & b) | c
-            w[m] = _mm512_permutexvar_epi8(ix, table);
+            const __m512i ix = _mm512_ternarylogic_epi32(shifted_2bit(hq[m / 2], m), three, base[m], 0xEA);  // (a & b) | c
+            w[m] = _mm512_shuffle_epi8(table, ix);
         }
         const __m128 dm = fp16_pair(&x[i].d);
         for (int r = 0; r < NR; r++) {
@@ -274,20 +280,17 @@ __attribute__((target("avx512vbmi"))) void dot_q2_K_vbmi(int64_t n, float *s, co
 // q3_K: u = 2 low bits | hmask bit << 2 (0..7), value u - 4; 16 sub-blocks
 // of 16 with 6-bit scales stored plus 32. The 4 comes off in integers
 // through the block sums. hmask bit c of byte l is element 32c + l: register
-// m takes bits 2m (low lane) and 2m + 1 (high lane) of the 32 broadcast bytes,
-// shifted straight to bit 2 (left for m = 0, right by 2m - 2 and 2m - 1
-// otherwise; a word shift of at most 5 brings nothing from the other byte
-// into bit 2) and merged with the low bits by one ternary-logic op.
+// m takes bits 2m (low 256 bits) and 2m + 1 (high) of the 32 hmask bytes,
+// laid out as half_2bit lays the quants (the high copy shifted right by 1),
+// so one immediate shift of that pair puts both at bit 2 (left by 2 for m =
+// 0, right by 2m - 2 otherwise; word shifts of at most 5 bits in all bring
+// nothing from the other byte into bit 2), merged with the low bits by one
+// ternary-logic op.
 template <int NR>
 void dot_q3_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) {
     static const word_index<idx_6bit> idx;
     const block_q3_K *x = (const block_q3_K *)vx;
     const int64_t nb = n / QK_K;
-    const __m512i sh[4] = {shift_2bit(0), shift_2bit(1), shift_2bit(2), shift_2bit(3)};
-    __m512i hsh[4];
-    hsh[0] = _mm512_inserti64x4(_mm512_set1_epi16(2), _mm256_set1_epi16(1), 1);  // left
-    for (int m = 1; m < 4; m++)
-        hsh[m] = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * m - 2)), _mm256_set1_epi16((short)(2 * m - 1)), 1);
     const __m512i four = _mm512_set1_epi8(4);
     __m512 acc = _mm512_setzero_ps();
     const int ahead = ggml_prefetch_distance;
@@ -296,11 +299,13 @@ void dot_q3_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
         const __m256i sc16 = q3k_scales16(x[i].scales);
         const __m256i off16 = _mm256_mullo_epi16(sc16, _mm256_set1_epi16(-4));  // the -4 of every value, per sub-block
         const __m512i sc = _mm512_castsi256_si512(sc16);
-        const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[i].hmask));
+        const __m256i h = _mm256_loadu_si256((const __m256i *)x[i].hmask);
+        const __m512i hm = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 1), 1);
+        const __m512i hq[2] = {half_2bit(x[i].qs, 0), half_2bit(x[i].qs, 1)};
         __m512i u[4], scm[4];
         for (int m = 0; m < 4; m++) {
-            const __m512i hb = m == 0 ? _mm512_sllv_epi16(hm, hsh[0]) : _mm512_srlv_epi16(hm, hsh[m]);
-            u[m] = _mm512_ternarylogic_epi32(quants_2bit(x[i].qs, m, sh[m]), hb, four, 0xF8);  // a | (b & 4)
+            const __m512i hb = m == 0 ? _mm512_slli_epi16(hm, 2) : m == 1 ? hm : _mm512_srli_epi16(hm, 2 * m - 2);
+            u[m] = _mm512_ternarylogic_epi32(quants_2bit(hq[m / 2], m), hb, four, 0xF8);  // a | (b & 4)
             scm[m] = _mm512_permutexvar_epi16(idx[m], sc);
         }
         const float xd = fp16(x[i].d);
