@@ -440,15 +440,27 @@ def q8xh_values(x):
     return ((df.astype(np.float64) / 128) * (128.0 * q + q2)).reshape(x.shape)
 
 
+def q8K_resid_values(x, first):
+    """q8_K's residual row under GGML_PREC_HIGH (ggml-quants.h): x - first on the grid
+    d/128 of the q8_K row's blocks of 256 (d = amax / 127, float32)."""
+    xb = x.astype(np.float32).reshape(x.shape[0], -1, 256)
+    d = (np.abs(xb).max(-1, keepdims=True) / np.float32(127)).astype(np.float32)
+    ir = np.where(d != 0, np.float32(128) / np.where(d != 0, d, 1), 0).astype(np.float32)
+    r = (x.astype(np.float64) - first).astype(np.float32).reshape(xb.shape)
+    return ((d / np.float32(128)).astype(np.float64) * round_q8((r * ir).astype(np.float32))).reshape(x.shape)
+
+
 def act_as_seen_high(name, x, ncols=None):
     """Activations under GGML_PREC_HIGH: the converted row plus its converted residual
-    (the q8xh layout's residual where the type runs on a q8xh kernel); F16 and BF16
-    weights take the f32 activations themselves."""
+    (the q8xh layout's residual where the type runs on a q8xh kernel, q8_K's on the grid
+    d/128 of its blocks); F16 and BF16 weights take the f32 activations themselves."""
     ncols = x.reshape(-1, x.shape[-1]).shape[0] if ncols is None else ncols
     fmt = _core.act_format(tid(name), x.shape[-1], ncols, True)
     if fmt == "q8xh":
         return q8xh_values(x)
     first = _converted(fmt, x)
+    if fmt == "q8_K":
+        return first + q8K_resid_values(x, first)
     return first if fmt == "f32" else first + _converted(fmt, (x.astype(np.float64) - first).astype(np.float32))
 
 

@@ -347,6 +347,21 @@ void quantize_row_q8_K_ref(const float *x, void *vy, int64_t n) {
     }
 }
 
+void quantize_row_q8_K_resid_ref(const float *r, const void *vq, void *vy, int64_t n) {
+    const block_q8_K *q = (const block_q8_K *)vq;
+    block_q8_K *y = (block_q8_K *)vy;
+    for (int64_t i = 0; i < n / QK_K; i++, r += QK_K) {
+        const float id = q[i].d != 0 ? 128.0f / q[i].d : 0.0f;
+        y[i].d = q[i].d / 128;
+        for (int j = 0; j < QK_K; j++) y[i].qs[j] = (int8_t)clampi(nearest_int(r[j] * id), -127, 127);
+        for (int k = 0; k < QK_K / 16; k++) {
+            int s = 0;
+            for (int j = 0; j < 16; j++) s += y[i].qs[16 * k + j];
+            y[i].bsums[k] = (int16_t)s;
+        }
+    }
+}
+
 void dequantize_row_q8_K(const void *vx, float *y, int64_t n) {
     const block_q8_K *x = (const block_q8_K *)vx;
     for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {

@@ -8,9 +8,10 @@
 // float rounding. A looser check against the exact activations bounds the
 // total error too. With GGML_PREC_HIGH the reference activations are the
 // converted row plus its converted residual (for the types with q8xh kernels on
-// the SIMD families: the residual on the grid df/128 that layout defines; F16 and
-// BF16 weights take the f32 activations as they are), and the bound against the
-// exact product is 60x tighter.
+// the SIMD families: the residual on the grid df/128 that layout defines; for
+// q8_K on the grid d/128 of its blocks; F16 and BF16 weights take the f32
+// activations as they are), and the bound against the exact product is 60x
+// tighter.
 
 #include <math.h>
 #include <stdio.h>
@@ -63,6 +64,18 @@ static void q8xh_values(const float *x, float *out, int64_t k) {
             const float q2 = round_q8(fmaf(-df, q, xb[i]) * ir);
             out[32 * b + i] = (float)((double)(df / 128.0f) * (128.0 * q + q2));
         }
+    }
+}
+
+// The values of q8_K's residual row (GGML_PREC_HIGH): res on the grid d/128
+// of the q8_K row q's blocks (each block: the float d first, 292 bytes).
+static void q8K_resid_values(const float *res, const uint8_t *q, float *out, int64_t k) {
+    const size_t bs = ggml_row_size(GGML_TYPE_Q8_K, 256);
+    for (int64_t b = 0; b < k / 256; b++) {
+        float d;
+        memcpy(&d, q + b * bs, sizeof d);
+        const float ir = d != 0.0f ? 128.0f / d : 0.0f;
+        for (int i = 0; i < 256; i++) out[256 * b + i] = (float)((double)(d / 128.0f) * round_q8(res[256 * b + i] * ir));
     }
 }
 
@@ -149,8 +162,12 @@ static void run_case(ggml_type t, int64_t K, int64_t M, int64_t N, int64_t A2, i
             tv->to_float(tmp.data(), bq.data() + r * K, K);
             if (!high) continue;
             for (int64_t k = 0; k < K; k++) res[k] = bl[r * K + k] - bq[r * K + k];
-            tv->from_float_ref(res.data(), tmp.data(), K);
-            tv->to_float(tmp.data(), deq.data(), K);
+            if (vdt == GGML_TYPE_Q8_K) {
+                q8K_resid_values(res.data(), tmp.data(), deq.data(), K);
+            } else {
+                tv->from_float_ref(res.data(), tmp.data(), K);
+                tv->to_float(tmp.data(), deq.data(), K);
+            }
             for (int64_t k = 0; k < K; k++) bq[r * K + k] += deq[k];
         }
     }

@@ -154,8 +154,62 @@ static void test_dots(const char *family, const table &ref, const table &fast) {
     CHECK(n_simd > 0, "%s: no SIMD kernels installed", family);
 }
 
+// q8_K's residual row as GGML_PREC_HIGH stores it, written out here from the
+// spec: the grid d/128 of the row q's blocks, d' = d / 128, int8 quants
+// rounded half away from zero, bsums.
+static void q8K_resid_spec(const float *r, const uint8_t *q, uint8_t *y, int64_t n) {
+    const size_t bs = ggml_row_size(GGML_TYPE_Q8_K, 256);
+    for (int64_t b = 0; b < n / 256; b++) {
+        float d;
+        memcpy(&d, q + b * bs, sizeof d);
+        const float d2 = d / 128.0f, id = d != 0.0f ? 128.0f / d : 0.0f;
+        uint8_t *blk = y + b * bs;
+        memcpy(blk, &d2, sizeof d2);
+        int8_t *qs = (int8_t *)(blk + sizeof(float));
+        for (int i = 0; i < 256; i++) {
+            const float v = r[256 * b + i] * id;
+            qs[i] = (int8_t)fminf(127.0f, fmaxf(-127.0f, v < 0 ? -floorf(-v + 0.5f) : floorf(v + 0.5f)));
+        }
+        for (int k = 0; k < 16; k++) {
+            int s = 0;
+            for (int i = 0; i < 16; i++) s += qs[16 * k + i];
+            const int16_t s16 = (int16_t)s;
+            memcpy(blk + sizeof(float) + 256 + 2 * k, &s16, 2);
+        }
+    }
+}
+
+// The q8_K residual converters (reference and SIMD) against the spec, byte for byte.
+static void test_resid_q8K(const char *family, ggml_from_resid_t f) {
+    int cases = 0;
+    for (int64_t nb : {1, 2, 5, 16, 43}) {
+        const int64_t n = 256 * nb;
+        for (int rep = 0; rep < 3; rep++) {
+            std::vector<float> x = randn(n, rep == 1 ? 1e4f : 1.0f);
+            if (rep == 2)
+                for (int64_t i = 0; i < 256; i++) x[i] = 0.0f;  // an all-zero block: d = 0
+            const size_t row = ggml_row_size(GGML_TYPE_Q8_K, n);
+            std::vector<uint8_t> q(row), a(row), b(row);
+            std::vector<float> xd(n), res(n);
+            core(GGML_TYPE_Q8_K).from_float_ref(x.data(), q.data(), n);
+            core(GGML_TYPE_Q8_K).to_float(q.data(), xd.data(), n);
+            for (int64_t i = 0; i < n; i++) res[i] = x[i] - xd[i];
+            q8K_resid_spec(res.data(), q.data(), a.data(), n);
+            f(res.data(), q.data(), b.data(), n);
+            CHECK(memcmp(a.data(), b.data(), row) == 0, "%s q8_K residual n=%lld rep=%d: blocks differ", family, (long long)n, rep);
+            for (int64_t i = 0; i < nb; i++) {  // the grid holds the residual: |q2| <= 64
+                const int8_t *qs = (const int8_t *)(b.data() + i * 292 + 4);
+                for (int j = 0; j < 256; j++) CHECK(qs[j] >= -64 && qs[j] <= 64, "%s q8_K residual quant %d", family, qs[j]);
+            }
+            cases++;
+        }
+    }
+    printf("  %-6s q8_K residual: %d cases byte-identical to the spec\n", family, cases);
+}
+
 // The fused GGML_PREC_HIGH kernels: one weight row against an activation row
-// and its residual (vrow bytes after it) = the sum of the two reference dots.
+// and its residual (vrow bytes after it, q8_K's on its grid d/128) = the sum of
+// the two reference dots.
 static void test_dot_resid(const char *family, const table &ref, const ggml_vec_dot2_t *d2) {
     int n_types = 0;
     for (ggml_type t : k_weight_types) {
@@ -175,7 +229,8 @@ static void test_dot_resid(const char *family, const table &ref, const ggml_vec_
             const std::vector<float> yd = dequant(ref, R.vec_dot_type, y, n);
             std::vector<float> res(n);
             for (int64_t i = 0; i < n; i++) res[i] = yf[i] - yd[i];
-            core(R.vec_dot_type).from_float_ref(res.data(), y.data() + vrow, n);
+            if (R.vec_dot_type == GGML_TYPE_Q8_K) q8K_resid_spec(res.data(), y.data(), y.data() + vrow, n);
+            else core(R.vec_dot_type).from_float_ref(res.data(), y.data() + vrow, n);
             float s0 = 0, s1 = 0, got = 0;
             R.vec_dot_ref(n, &s0, xq.data(), y.data());
             R.vec_dot_ref(n, &s1, xq.data(), y.data() + vrow);
@@ -562,6 +617,7 @@ int main() {
         if (tr) best.t[i] = *tr;
     }
     test_exp_sum("ref", ggml_exp_sum_ref);
+    test_resid_q8K("ref", quantize_row_q8_K_resid_ref);
     test_exp_sum("best", ggml_cpu_exp_sum());
     if (strcmp(ggml_cpu_backend_name(), "scalar") != 0) {
         test_dots("best", ref, best);
@@ -634,6 +690,7 @@ int main() {
         std::vector<ggml_vec_dot2_t> d2(GGML_TYPE_COUNT, nullptr);
         ggml_cpu_set_dot_resid_avx2(d2.data());
         test_dot_resid("avx2", ref, d2.data());
+        test_resid_q8K("avx2", ggml_quantize_resid_q8_K_avx2);
         test_exp_sum("avx2", ggml_exp_sum_avx2);
         families++;
         if (ggml_cpu_get_features()->avxvnni) {

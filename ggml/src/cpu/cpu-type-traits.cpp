@@ -43,6 +43,7 @@ struct cpu_tables {
     const ggml_q8x_kernels *q8x = nullptr;
     const ggml_amx_kernels *amx = nullptr;  // prompt batches on AMX tiles
     ggml_vec_dot2_t dot2[GGML_TYPE_COUNT] = {};  // a row and its residual in one pass (GGML_PREC_HIGH)
+    ggml_from_resid_t resid_ref[GGML_TYPE_COUNT] = {}, resid_best[GGML_TYPE_COUNT] = {};  // the residual rows
     char variant[96] = "scalar";
     ggml_axpy_kernels axpy_ref = {}, axpy_best = {};
     ggml_exp_sum_t exp_sum = ggml_exp_sum_ref;
@@ -83,6 +84,7 @@ struct cpu_tables {
         ref[GGML_TYPE_F16].vec_dot_f32 = ggml_vec_dot_f16_f32_ref;
         ref[GGML_TYPE_BF16].vec_dot_f32 = ggml_vec_dot_bf16_f32_ref;
         ref[GGML_TYPE_F16].round_act_f32 = ref[GGML_TYPE_BF16].round_act_f32 = true;
+        resid_ref[GGML_TYPE_Q8_K] = resid_best[GGML_TYPE_Q8_K] = quantize_row_q8_K_resid_ref;
         for (int i = 0; i < GGML_TYPE_COUNT; i++) best[i] = ref[i];
         ggml_axpy_kernels_ref(&axpy_ref);
         axpy_best = axpy_ref;
@@ -97,6 +99,7 @@ struct cpu_tables {
             ggml_cpu_set_kernels_avx512(best, f.avx512bf16, f.avx512vbmi);
             q8x = f.avx512vbmi ? ggml_cpu_q8x_avx512vbmi() : ggml_cpu_q8x_avx512();
             ggml_cpu_set_dot_resid_avx512(dot2, f.avx512vbmi);
+            resid_best[GGML_TYPE_Q8_K] = ggml_quantize_resid_q8_K_avx2;
             // the tile state is asked for only when it would be used
             const bool tiles = f.amx_int8 && cap >= 4 && ggml_cpu_amx_request();
             if (tiles) amx = ggml_cpu_amx_kernels();
@@ -109,6 +112,7 @@ struct cpu_tables {
             ggml_cpu_set_kernels_avx2(best);
             q8x = ggml_cpu_q8x_avx2();
             ggml_cpu_set_dot_resid_avx2(dot2);
+            resid_best[GGML_TYPE_Q8_K] = ggml_quantize_resid_q8_K_avx2;
             const bool vnni = f.avxvnni && cap >= 2;
             if (vnni) {
                 ggml_cpu_set_kernels_avxvnni(best);
@@ -192,6 +196,11 @@ extern "C" const char *ggml_cpu_act_format(enum ggml_type t, int64_t k, int64_t 
 }
 
 ggml_vec_dot2_t ggml_cpu_dot_resid(enum ggml_type t) { return t >= 0 && t < GGML_TYPE_COUNT ? tables().dot2[t] : nullptr; }
+
+ggml_from_resid_t ggml_cpu_from_resid(enum ggml_type t) {
+    if (t < 0 || t >= GGML_TYPE_COUNT) return nullptr;
+    return g_force_scalar ? tables().resid_ref[t] : tables().resid_best[t];
+}
 
 const char *ggml_cpu_kernel_variant(void) { return tables().variant; }
 

@@ -123,7 +123,7 @@ size_t mm_work(const routing &r, int64_t n, int nth) {
 struct masked_plan {
     ggml_vec_dot_t dot;
     ggml_from_float_t from_float;  // nullptr: F32 activations used in place
-    ggml_to_float_t to_float;      // of the converted rows (the residual of GGML_PREC_HIGH)
+    ggml_type vdt;                 // what the rows are converted to
     size_t vrow, stride;
     bool resid;
 };
@@ -136,7 +136,7 @@ masked_plan masked_plan_of(const routing &r) {
     p.dot = ggml_cpu_act_dot(ta, high);  // the activation rule of every weight product (ops.h)
     const ggml_type vdt = ggml_cpu_act_type(ta, high);
     p.from_float = vdt == GGML_TYPE_F32 ? nullptr : ggml_get_cpu_type_traits(vdt)->from_float;
-    p.to_float = ggml_get_type_traits(vdt)->to_float;
+    p.vdt = vdt;
     p.vrow = ggml_row_size(vdt, r.K);
     p.resid = high && vdt != GGML_TYPE_F32;
     p.stride = align_up(p.resid ? 2 * p.vrow : p.vrow);
@@ -168,7 +168,7 @@ void masked_forward(const ggml_compute_params *params, const routing &r) {
             x = tmp;
         }
         char *out = conv + (size_t)c * p.stride;
-        if (p.from_float) ggml_convert_act(x, out, r.K, p.from_float, p.to_float, p.vrow, p.resid, res);
+        if (p.from_float) ggml_convert_act(x, out, r.K, p.from_float, p.vdt, p.vrow, p.resid, res);
         else memcpy(out, x, sizeof(float) * (size_t)r.K);
     }
     ggml_barrier(params->tp);

@@ -278,7 +278,6 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
         const ggml_from_float_t from_float = p.q8x_quantize ? p.q8x_quantize
                                              : p.vdt == GGML_TYPE_F32 ? nullptr : ggml_get_cpu_type_traits(p.vdt)->from_float;
         if (p.vdt != GGML_TYPE_F32 && !from_float) ggml_abort("mul_mat: no converter to %s", ggml_type_name(p.vdt));
-        const ggml_to_float_t to_float = p.resid ? ggml_get_type_traits(p.vdt)->to_float : nullptr;
         const size_t frow = align_up(sizeof(float) * (size_t)K);
         float *tmp = p.gather ? (float *)(wtmp + (size_t)ith * frow) : nullptr;
         float *res = p.resid ? (float *)(wtmp + (size_t)(p.gather ? nth : 0) * frow + (size_t)ith * frow) : nullptr;
@@ -293,7 +292,7 @@ extern "C" void ggml_compute_forward_mul_mat(const ggml_compute_params *params, 
                 row = tmp;
             }
             char *out = wdata + (size_t)r * p.bstride;
-            if (from_float) ggml_convert_act(row, out, K, from_float, to_float, p.vrow, p.resid, res);
+            if (from_float) ggml_convert_act(row, out, K, from_float, p.vdt, p.vrow, p.resid, res);
             else memcpy(out, row, sizeof(float) * (size_t)K);
             if (p.q8x_pack) p.q8x_pack(out, K);
         }

@@ -250,7 +250,7 @@ const char *convert_rows(const char *op, const ggml_compute_params *params, cons
     else ggml_split_range(T, ith, nth, &t0, &t1);
     for (int64_t t = t0; t < t1; t++) {
         ggml_convert_act((const float *)((const char *)x->data + t * x->nb[1]), wdata + (size_t)t * p.xstride, K,
-                         from_float, ggml_get_type_traits(p.vdt)->to_float, p.vrow, resid, scratch);
+                         from_float, p.vdt, p.vrow, resid, scratch);
         if (p.q8x_pack) p.q8x_pack(wdata + (size_t)t * p.xstride, K);
     }
     if (!p.priv) ggml_barrier(params->tp);
@@ -425,8 +425,7 @@ void dense_down(const ggml_compute_params *params, const ggml_tensor *wd, int64_
         }
         char *out = conv + (size_t)t * p.hstride;
         if (p.vdt == GGML_TYPE_F32) memcpy(out, tmp, sizeof(float) * (size_t)p.len);
-        else ggml_convert_act(tmp, out, p.len, ggml_get_cpu_type_traits(p.vdt)->from_float, ggml_get_type_traits(p.vdt)->to_float,
-                              p.vrow, p.high, scratch);
+        else ggml_convert_act(tmp, out, p.len, ggml_get_cpu_type_traits(p.vdt)->from_float, p.vdt, p.vrow, p.high, scratch);
     }
     ggml_barrier(params->tp);
     int64_t j0, j1;

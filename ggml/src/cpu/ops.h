@@ -51,11 +51,12 @@ static inline size_t ggml_row_offset(const struct ggml_tensor *shape, const stru
 }
 
 // Activation rows of the weight products (mul-mat.cpp, ops-sparse.cpp):
-// out = from_float(x) (vrow bytes); with GGML_PREC_HIGH (high != 0) also, at
-// out + vrow, from_float(x - to_float(out)): the residual the first rounding
-// lost, so that dot(w, out) + dot(w, out + vrow) sees x to about 16 bits.
-// scratch: k floats (only read with high). act-convert.cpp.
-void ggml_convert_act(const float *x, void *out, int64_t k, ggml_from_float_t from_float, ggml_to_float_t to_float,
+// out = from_float(x) (vrow bytes, type vdt); with GGML_PREC_HIGH (high !=
+// 0) also, at out + vrow, the residual x - to_float(out) the first rounding
+// lost, converted as any row or on the type's own grid (ggml_cpu_from_resid:
+// q8_K's d/128), so that dot(w, out) + dot(w, out + vrow) sees x to about 16
+// bits. scratch: k floats (only read with high). act-convert.cpp.
+void ggml_convert_act(const float *x, void *out, int64_t k, ggml_from_float_t from_float, enum ggml_type vdt,
                       size_t vrow, bool high, float *scratch);
 // The fast F16 / BF16 mat-vec (mul-mat.cpp): the activation row rounded to
 // the weight format but stored as f32, for the f32-activation kernel

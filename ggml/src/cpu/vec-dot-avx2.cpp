@@ -324,6 +324,21 @@ void quantize_row_q8_K(const float *x, void *vy, int64_t n) {
     }
 }
 
+// GGML_PREC_HIGH's q8_K residual on the grid of the row's blocks (ggml-quants.h)
+void quantize_row_q8_K_resid(const float *r, const void *vq, void *vy, int64_t n) {
+    const block_q8_K *q = (const block_q8_K *)vq;
+    block_q8_K *y = (block_q8_K *)vy;
+    for (int64_t i = 0; i < n / QK_K; i++, r += QK_K) {
+        const float id = q[i].d != 0.0f ? 128.0f / q[i].d : 0.0f;
+        y[i].d = q[i].d / 128.0f;
+        for (int c = 0; c < QK_K / 32; c++) quant32(r + 32 * c, id, y[i].qs + 32 * c);
+        for (int k = 0; k < QK_K / 16; k++) {
+            const __m128i v = _mm_loadu_si128((const __m128i *)(y[i].qs + 16 * k));
+            y[i].bsums[k] = (int16_t)hsum_i32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(v), _mm256_set1_epi16(1)));
+        }
+    }
+}
+
 // fp32 -> fp16 with round-to-nearest-even (the hardware conversion is exact
 // for subnormals, inf and nan like the reference).
 void f16_from_float(const float *x, void *vy, int64_t n) {
@@ -461,6 +476,8 @@ const ggml_q8x_kernels *ggml_cpu_q8x_avx2(void) {
 }
 
 void ggml_cpu_set_dot_resid_avx2(ggml_vec_dot2_t *t) { set_int_dots(nullptr, t, nullptr); }
+
+void ggml_quantize_resid_q8_K_avx2(const float *r, const void *q, void *y, int64_t n) { quantize_row_q8_K_resid(r, q, y, n); }
 
 void ggml_cpu_set_kernels_avx2(struct ggml_cpu_type_traits *t) {
     t[GGML_TYPE_Q4_0].vec_dot = vec_dot_q4_0_q8_0;

@@ -176,6 +176,25 @@ inline void add_scaled_min(const block_q8_K *y, __m512i sumi, __m256i mn, __m128
     *accm = _mm256_fmadd_ps(_mm256_permutexvar_ps(_mm256_set1_epi32(1), _mm256_castps128_ps256(s)), _mm256_cvtepi32_ps(mins), *accm);
 }
 
+// GGML_PREC_HIGH (NR = 2): the q8_K residual row lies on the grid d/128 of
+// the row's blocks (ggml_cpu_from_resid), so 128 S + S2 is one integer sum
+// per lane, scaled once by the residual's d (a conversion and an fma per row
+// fewer; q2_K in cache, Zen 4 VM: `high` +5.5%). A lane here sums 16 products
+// (32 in the AVX2 kernels) of |sc u| <= 63 x 31 and |q| <= 127 with q2_K to
+// q5_K, whose 128-fold stays below 2^31; not so q6_K, whose -32 offset sum
+// doubles a lane's range: it keeps a float step per row.
+inline __m512i fold_resid(__m512i s, __m512i s2) { return _mm512_add_epi32(_mm512_slli_epi32(s, 7), s2); }
+// add_scaled_min for the NR rows' superblock sums (the residual folded in)
+template <int NR>
+inline void add_scaled_mins(const block_q8_K *const *y, const __m512i *sumi, __m256i mn, __m128 dm, __m512 *acc, __m256 *accm) {
+    if (NR == 1) return add_scaled_min(y[0], sumi[0], mn, dm, acc, accm);
+    auto mins = [&](int r) { return _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[r]->bsums), mn); };
+    const __m128 s = _mm_mul_ps(dm, _mm_set1_ps(y[NR - 1]->d));
+    *acc = _mm512_fmadd_ps(_mm512_broadcastss_ps(s), _mm512_cvtepi32_ps(fold_resid(sumi[0], sumi[NR - 1])), *acc);
+    *accm = _mm256_fmadd_ps(_mm256_permutexvar_ps(_mm256_set1_epi32(1), _mm256_castps128_ps256(s)),
+                            _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_slli_epi32(mins(0), 7), mins(NR - 1))), *accm);
+}
+
 // q2_K / q3_K register m holds elements 64m .. 64m + 63 in order, so the
 // activations are plain 64-byte loads. Byte l of the quants' half h = m / 2
 // holds element 128h + 32j + l at shift 2j: the 32 bytes of that half, as
@@ -216,12 +235,13 @@ void dot_q2_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
             u[m] = quants_2bit(hq[m / 2], m);
             scm[m] = _mm512_permutexvar_epi16(idx[m], sc);
         }
-        const __m128 dm = fp16_pair(&x[i].d);
+        const block_q8_K *y[NR];
+        __m512i sumi[NR];
         for (int r = 0; r < NR; r++) {
-            const block_q8_K *y = act_row<NR>(vy, vrow, r) + i;
-            const __m512i sumi = dot_regs(y, u, scm, _mm512_setzero_si512());
-            add_scaled_min(y, sumi, mn, dm, &acc, &accm);
+            y[r] = act_row<NR>(vy, vrow, r) + i;
+            sumi[r] = dot_regs(y[r], u, scm, _mm512_setzero_si512());
         }
+        add_scaled_mins<NR>(y, sumi, mn, fp16_pair(&x[i].d), &acc, &accm);
     }
     *s = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(accm));
 }
@@ -266,13 +286,14 @@ __attribute__((target("avx512vbmi"))) void dot_q2_K_vbmi(int64_t n, float *s, co
             const __m512i ix = _mm512_ternarylogic_epi32(shifted_2bit(hq[m / 2], m), three, base[m], 0xEA);  // (a & b) | c
             w[m] = _mm512_shuffle_epi8(table, ix);
         }
-        const __m128 dm = fp16_pair(&x[i].d);
+        const block_q8_K *y[NR];
+        __m512i sumi[NR];
         for (int r = 0; r < NR; r++) {
-            const block_q8_K *y = act_row<NR>(vy, vrow, r) + i;
-            __m512i sumi = _mm512_setzero_si512();
-            for (int m = 0; m < 4; m++) sumi = _mm512_dpbusd_epi32(sumi, w[m], _mm512_loadu_si512(y->qs + 64 * m));
-            add_scaled_min(y, sumi, mn, dm, &acc, &accm);
+            y[r] = act_row<NR>(vy, vrow, r) + i;
+            sumi[r] = _mm512_setzero_si512();
+            for (int m = 0; m < 4; m++) sumi[r] = _mm512_dpbusd_epi32(sumi[r], w[m], _mm512_loadu_si512(y[r]->qs + 64 * m));
         }
+        add_scaled_mins<NR>(y, sumi, mn, fp16_pair(&x[i].d), &acc, &accm);
     }
     *s = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(accm));
 }
@@ -308,14 +329,16 @@ void dot_q3_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow) 
             u[m] = _mm512_ternarylogic_epi32(quants_2bit(hq[m / 2], m), hb, four, 0xF8);  // a | (b & 4)
             scm[m] = _mm512_permutexvar_epi16(idx[m], sc);
         }
-        const float xd = fp16(x[i].d);
+        const block_q8_K *y[NR];
+        __m512i sumi[NR];
         for (int r = 0; r < NR; r++) {
-            const block_q8_K *y = act_row<NR>(vy, vrow, r) + i;
+            y[r] = act_row<NR>(vy, vrow, r) + i;
             // - 4 sum_k sc_k bsums_k, in lanes 0..7
-            __m512i sumi = _mm512_zextsi256_si512(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), off16));
-            sumi = dot_regs(y, u, scm, sumi);
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(y->d * xd), _mm512_cvtepi32_ps(sumi), acc);
+            sumi[r] = _mm512_zextsi256_si512(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[r]->bsums), off16));
+            sumi[r] = dot_regs(y[r], u, scm, sumi[r]);
         }
+        const __m512i si = NR == 2 ? fold_resid(sumi[0], sumi[NR - 1]) : sumi[0];
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(y[NR - 1]->d * fp16(x[i].d)), _mm512_cvtepi32_ps(si), acc);
     }
     *s = _mm512_reduce_add_ps(acc);
 }
@@ -359,12 +382,13 @@ void dot_q45_K(int64_t n, float *s, const void *vx, const void *vy, size_t vrow)
             }
         }
         for (int k = 0; k < 4; k++) scr[k] = _mm512_permutexvar_epi16(idx[k], sc);
-        const __m128 dm = fp16_pair(&x[i].d);
+        const block_q8_K *y[NR];
+        __m512i sumi[NR];
         for (int r = 0; r < NR; r++) {
-            const block_q8_K *y = act_row<NR>(vy, vrow, r) + i;
-            const __m512i sumi = dot_regs(y, u, scr, _mm512_setzero_si512());
-            add_scaled_min(y, sumi, mn, dm, &acc, &accm);  // mn[j]: sub-block j / 2's min, against bsums[j]
+            y[r] = act_row<NR>(vy, vrow, r) + i;
+            sumi[r] = dot_regs(y[r], u, scr, _mm512_setzero_si512());
         }
+        add_scaled_mins<NR>(y, sumi, mn, fp16_pair(&x[i].d), &acc, &accm);  // mn[j]: sub-block j / 2's min, against bsums[j]
     }
     *s = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(accm));
 }

@@ -21,15 +21,24 @@ void ggml_cpu_set_kernels_avx512(struct ggml_cpu_type_traits *table, bool has_bf
 // GGML_PREC_HIGH for the types without a q8xh layout: s = dot(x, y) +
 // dot(x, y + vrow), one weight row against an activation row and its
 // converted residual vrow bytes after it (ops.h), the weights unpacked once
-// for both. Equal to the two vec_dot calls up to float summation order.
+// for both. Equal to the two vec_dot calls up to float summation order. The
+// q8_K ones take its residual on the grid d/128 (ggml_cpu_from_resid) and
+// add 128 dot(w, q) + dot(w, q2) in integers.
 typedef void (*ggml_vec_dot2_t)(int64_t n, float *s, const void *x, const void *y, size_t vrow);
+// The residual row of an activation type with a grid of its own: r, what the
+// converted row q left of x, into y (q8_K: quantize_row_q8_K_resid_ref).
+typedef void (*ggml_from_resid_t)(const float *r, const void *q, void *y, int64_t n);
 #ifdef GGML_SIMD_X86
 void ggml_cpu_set_dot_resid_avx2(ggml_vec_dot2_t *table);    // indexed by ggml_type
 void ggml_cpu_set_dot_resid_avxvnni(ggml_vec_dot2_t *table);
 void ggml_cpu_set_dot_resid_avx512(ggml_vec_dot2_t *table, bool has_vbmi);
+void ggml_quantize_resid_q8_K_avx2(const float *r, const void *q, void *y, int64_t n);
 #endif
 // The fused kernel dispatch picked for type t, or NULL (two vec_dot calls).
 ggml_vec_dot2_t ggml_cpu_dot_resid(enum ggml_type t);
+// Type t's residual converter (under ggml_cpu_force_scalar the reference), or
+// NULL: the residual converted as any row (from_float).
+ggml_from_resid_t ggml_cpu_from_resid(enum ggml_type t);
 
 // Weight streams: on the VMs we run on, the hardware prefetchers alone leave
 // a mat-vec that also computes well short of the read bandwidth (Intel Xeon
