@@ -5,6 +5,7 @@
 // them, and the legacy quantizers (Q4_0 .. Q8_0) are bit-exact with the
 // reference quantizers of ggml / the gguf Python package, so files written by
 // either decode and re-encode identically.
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -351,8 +352,9 @@ void quantize_row_q8_K_resid_ref(const float *r, const void *vq, void *vy, int64
     const block_q8_K *q = (const block_q8_K *)vq;
     block_q8_K *y = (block_q8_K *)vy;
     for (int64_t i = 0; i < n / QK_K; i++, r += QK_K) {
-        const float id = q[i].d != 0 ? 128.0f / q[i].d : 0.0f;
-        y[i].d = q[i].d / 128;
+        // a grid step below FLT_MIN (|x| < 5e-35 over the block) holds no residual: 1 / step would overflow
+        const float step = q[i].d / 128, id = step >= FLT_MIN ? 1.0f / step : 0.0f;
+        y[i].d = step;
         for (int j = 0; j < QK_K; j++) y[i].qs[j] = (int8_t)clampi(nearest_int(r[j] * id), -127, 127);
         for (int k = 0; k < QK_K / 16; k++) {
             int s = 0;

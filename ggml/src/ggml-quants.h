@@ -55,8 +55,9 @@ GGML_DECLARE_REF(q8_0) GGML_DECLARE_REF(q8_1) GGML_DECLARE_REF(q2_K) GGML_DECLAR
 GGML_DECLARE_REF(q4_K) GGML_DECLARE_REF(q5_K) GGML_DECLARE_REF(q6_K) GGML_DECLARE_REF(q8_K)
 #undef GGML_DECLARE_REF
 // GGML_PREC_HIGH's q8_K residual: r (what the q8_K row q left of x) on the
-// grid d/128 of q's own blocks, y.d = q.d / 128 exactly (|y.qs| <= 64), so
-// that 128 dot(w, q) + dot(w, y) is one integer sum per block.
+// grid d/128 of q's own blocks, y.d = q.d / 128 (|y.qs| <= 64), so that 128
+// dot(w, q) + dot(w, y) is one integer sum per block; zero quants where the
+// step is below FLT_MIN.
 void quantize_row_q8_K_resid_ref(const float *r, const void *q, void *y, int64_t n);
 
 // Fills to_float and from_float_ref of the core type table (ggml-types.cpp).

@@ -2,6 +2,7 @@
 // whatever dispatch picked) against the portable scalar reference: dot
 // products on random data over many lengths, and activation quantizers
 // byte for byte.
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,7 +163,7 @@ static void q8K_resid_spec(const float *r, const uint8_t *q, uint8_t *y, int64_t
     for (int64_t b = 0; b < n / 256; b++) {
         float d;
         memcpy(&d, q + b * bs, sizeof d);
-        const float d2 = d / 128.0f, id = d != 0.0f ? 128.0f / d : 0.0f;
+        const float d2 = d / 128.0f, id = d2 >= FLT_MIN ? 128.0f / d : 0.0f;  // no residual below FLT_MIN
         uint8_t *blk = y + b * bs;
         memcpy(blk, &d2, sizeof d2);
         int8_t *qs = (int8_t *)(blk + sizeof(float));
@@ -184,8 +185,11 @@ static void test_resid_q8K(const char *family, ggml_from_resid_t f) {
     int cases = 0;
     for (int64_t nb : {1, 2, 5, 16, 43}) {
         const int64_t n = 256 * nb;
-        for (int rep = 0; rep < 3; rep++) {
-            std::vector<float> x = randn(n, rep == 1 ? 1e4f : 1.0f);
+        for (int rep = 0; rep < 4; rep++) {
+            // tiny blocks: a step below FLT_MIN (no residual), one just above it
+            std::vector<float> x = randn(n, rep == 1 ? 1e4f : rep == 3 ? 1e-35f : 1.0f);
+            if (rep == 3 && nb > 1)
+                for (int64_t i = 256; i < 512; i++) x[i] *= 1e3f;
             if (rep == 2)
                 for (int64_t i = 0; i < 256; i++) x[i] = 0.0f;  // an all-zero block: d = 0
             const size_t row = ggml_row_size(GGML_TYPE_Q8_K, n);

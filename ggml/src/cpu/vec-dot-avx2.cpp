@@ -2,6 +2,7 @@
 // products use maddubs (u8 x s8 -> s16 pairs) then madd (-> s32); the
 // quantized weight values are small enough that the s16 pairs never saturate.
 #include <immintrin.h>
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -329,8 +330,8 @@ void quantize_row_q8_K_resid(const float *r, const void *vq, void *vy, int64_t n
     const block_q8_K *q = (const block_q8_K *)vq;
     block_q8_K *y = (block_q8_K *)vy;
     for (int64_t i = 0; i < n / QK_K; i++, r += QK_K) {
-        const float id = q[i].d != 0.0f ? 128.0f / q[i].d : 0.0f;
-        y[i].d = q[i].d / 128.0f;
+        const float step = q[i].d / 128.0f, id = step >= FLT_MIN ? 1.0f / step : 0.0f;  // as the reference
+        y[i].d = step;
         for (int c = 0; c < QK_K / 32; c++) quant32(r + 32 * c, id, y[i].qs + 32 * c);
         for (int k = 0; k < QK_K / 16; k++) {
             const __m128i v = _mm_loadu_si128((const __m128i *)(y[i].qs + 16 * k));
