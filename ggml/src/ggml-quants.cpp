@@ -331,20 +331,24 @@ void dequantize_row_q8_1(const void *vx, float *y, int64_t n) {
 
 // Q8_K is the activation format for the K-quants: a float scale, and bsums[k]
 // = sum of quants 16k..16k+15 so kernels can apply sub-block minimums cheaply.
+// One block of x at scale d (id = its inverse, or 0).
+static void q8_K_block(const float *x, float d, float id, block_q8_K *y) {
+    y->d = d;
+    for (int j = 0; j < QK_K; j++) y->qs[j] = (int8_t)clampi(nearest_int(x[j] * id), -127, 127);
+    for (int k = 0; k < QK_K / 16; k++) {
+        int s = 0;
+        for (int j = 0; j < 16; j++) s += y->qs[16 * k + j];
+        y->bsums[k] = (int16_t)s;
+    }
+}
+
 void quantize_row_q8_K_ref(const float *x, void *vy, int64_t n) {
     block_q8_K *y = (block_q8_K *)vy;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         float amax = 0;
         for (int j = 0; j < QK_K; j++) amax = fmaxf(amax, fabsf(x[j]));
         const float d = amax / 127;
-        const float id = d != 0 ? 1.0f / d : 0.0f;
-        y[i].d = d;
-        for (int j = 0; j < QK_K; j++) y[i].qs[j] = (int8_t)clampi(nearest_int(x[j] * id), -127, 127);
-        for (int k = 0; k < QK_K / 16; k++) {
-            int s = 0;
-            for (int j = 0; j < 16; j++) s += y[i].qs[16 * k + j];
-            y[i].bsums[k] = (int16_t)s;
-        }
+        q8_K_block(x, d, d != 0 ? 1.0f / d : 0.0f, &y[i]);
     }
 }
 
@@ -353,14 +357,8 @@ void quantize_row_q8_K_resid_ref(const float *r, const void *vq, void *vy, int64
     block_q8_K *y = (block_q8_K *)vy;
     for (int64_t i = 0; i < n / QK_K; i++, r += QK_K) {
         // a grid step below FLT_MIN (|x| < 5e-35 over the block) holds no residual: 1 / step would overflow
-        const float step = q[i].d / 128, id = step >= FLT_MIN ? 1.0f / step : 0.0f;
-        y[i].d = step;
-        for (int j = 0; j < QK_K; j++) y[i].qs[j] = (int8_t)clampi(nearest_int(r[j] * id), -127, 127);
-        for (int k = 0; k < QK_K / 16; k++) {
-            int s = 0;
-            for (int j = 0; j < 16; j++) s += y[i].qs[16 * k + j];
-            y[i].bsums[k] = (int16_t)s;
-        }
+        const float step = q[i].d / 128;
+        q8_K_block(r, step, step >= FLT_MIN ? 1.0f / step : 0.0f, &y[i]);
     }
 }
 

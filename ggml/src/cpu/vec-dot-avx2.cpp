@@ -310,18 +310,23 @@ void quantize_row_q8_1(const float *x, void *vy, int64_t n) {
     }
 }
 
+// One q8_K block of x at scale d (id: its inverse, or 0), as the reference.
+void q8_K_block(const float *x, float d, float id, block_q8_K *y) {
+    y->d = d;
+    for (int c = 0; c < QK_K / 32; c++) quant32(x + 32 * c, id, y->qs + 32 * c);
+    for (int k = 0; k < QK_K / 16; k++) {
+        const __m128i v = _mm_loadu_si128((const __m128i *)(y->qs + 16 * k));
+        y->bsums[k] = (int16_t)hsum_i32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(v), _mm256_set1_epi16(1)));
+    }
+}
+
 void quantize_row_q8_K(const float *x, void *vy, int64_t n) {
     block_q8_K *y = (block_q8_K *)vy;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         __m256 m = abs_ps(_mm256_loadu_ps(x));
         for (int k = 1; k < QK_K / 8; k++) m = _mm256_max_ps(m, abs_ps(_mm256_loadu_ps(x + 8 * k)));
-        const float amax = hmax(m), d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[i].d = d;
-        for (int c = 0; c < QK_K / 32; c++) quant32(x + 32 * c, id, y[i].qs + 32 * c);
-        for (int k = 0; k < QK_K / 16; k++) {
-            const __m128i v = _mm_loadu_si128((const __m128i *)(y[i].qs + 16 * k));
-            y[i].bsums[k] = (int16_t)hsum_i32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(v), _mm256_set1_epi16(1)));
-        }
+        const float amax = hmax(m), d = amax / 127.0f;
+        q8_K_block(x, d, d != 0.0f ? 1.0f / d : 0.0f, &y[i]);
     }
 }
 
@@ -330,13 +335,8 @@ void quantize_row_q8_K_resid(const float *r, const void *vq, void *vy, int64_t n
     const block_q8_K *q = (const block_q8_K *)vq;
     block_q8_K *y = (block_q8_K *)vy;
     for (int64_t i = 0; i < n / QK_K; i++, r += QK_K) {
-        const float step = q[i].d / 128.0f, id = step >= FLT_MIN ? 1.0f / step : 0.0f;  // as the reference
-        y[i].d = step;
-        for (int c = 0; c < QK_K / 32; c++) quant32(r + 32 * c, id, y[i].qs + 32 * c);
-        for (int k = 0; k < QK_K / 16; k++) {
-            const __m128i v = _mm_loadu_si128((const __m128i *)(y[i].qs + 16 * k));
-            y[i].bsums[k] = (int16_t)hsum_i32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(v), _mm256_set1_epi16(1)));
-        }
+        const float step = q[i].d / 128.0f;
+        q8_K_block(r, step, step >= FLT_MIN ? 1.0f / step : 0.0f, &y[i]);
     }
 }
 
