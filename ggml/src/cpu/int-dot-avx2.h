@@ -149,8 +149,8 @@ inline void add_scaled_min(const block_q8_K *y, __m256i sumi, __m256i mn, __m128
 // GGML_PREC_HIGH (NR = 2): the residual row folded into the row's sums in
 // integers, 128 S + S2, and scaled once by the residual's d (its grid is
 // d/128 of the row's blocks; lane bounds as in vec-dot-avx512.cpp: q2_K to
-// q5_K, not q6_K). Zen 4 VM, AVX2 forced, one thread in cache: q4_K `high`
-// 13.0 -> 14.0 GB/s, q5_K 14.7 -> 15.4.
+// q5_K, not q6_K). Zen 4 VM, AVX2 forced, one thread in cache: `high` q2_K
+// 9.0 -> 9.3 GB/s, q3_K 9.7 -> 10.0, q4_K 12.9 -> 13.7, q5_K 14.6 -> 14.9.
 inline __m256i fold_resid(__m256i s, __m256i s2) { return _mm256_add_epi32(_mm256_slli_epi32(s, 7), s2); }
 template <int NR>
 inline void add_scaled_mins(const block_q8_K *const *y, const __m256i *sumi, __m256i mn, __m128 dm, __m256 *acc, __m256 *accm) {

@@ -179,10 +179,11 @@ inline void add_scaled_min(const block_q8_K *y, __m512i sumi, __m256i mn, __m128
 // GGML_PREC_HIGH (NR = 2): the q8_K residual row lies on the grid d/128 of
 // the row's blocks (ggml_cpu_from_resid), so 128 S + S2 is one integer sum
 // per lane, scaled once by the residual's d (a conversion and an fma per row
-// fewer; q2_K in cache, Zen 4 VM: `high` +5.5%). A lane here sums 16 products
-// (32 in the AVX2 kernels) of |sc u| <= 63 x 31 and |q| <= 127 with q2_K to
-// q5_K, whose 128-fold stays below 2^31; not so q6_K, whose -32 offset sum
-// doubles a lane's range: it keeps a float step per row.
+// fewer; Zen 4 VM, one thread in cache: q2_K to q5_K `high` +3-4%). A lane
+// here sums 16 products (32 in the AVX2 kernels) of |sc u| <= 63 x 31 and
+// |q| <= 127 with q2_K to q5_K, whose 128-fold stays below 2^31; not so
+// q6_K (|sc u| <= 128 x 63, and its -32 offset sum besides): it keeps a float
+// step per row.
 inline __m512i fold_resid(__m512i s, __m512i s2) { return _mm512_add_epi32(_mm512_slli_epi32(s, 7), s2); }
 // add_scaled_min for the NR rows' superblock sums (the residual folded in)
 template <int NR>
