@@ -330,16 +330,6 @@ void quantize_row_q8_K(const float *x, void *vy, int64_t n) {
     }
 }
 
-// GGML_PREC_HIGH's q8_K residual on the grid of the row's blocks (ggml-quants.h)
-void quantize_row_q8_K_resid(const float *r, const void *vq, void *vy, int64_t n) {
-    const block_q8_K *q = (const block_q8_K *)vq;
-    block_q8_K *y = (block_q8_K *)vy;
-    for (int64_t i = 0; i < n / QK_K; i++, r += QK_K) {
-        const float step = q[i].d / 128.0f;
-        q8_K_block(r, step, step >= FLT_MIN ? 1.0f / step : 0.0f, &y[i]);
-    }
-}
-
 // fp32 -> fp16 with round-to-nearest-even (the hardware conversion is exact
 // for subnormals, inf and nan like the reference).
 void f16_from_float(const float *x, void *vy, int64_t n) {
@@ -478,7 +468,15 @@ const ggml_q8x_kernels *ggml_cpu_q8x_avx2(void) {
 
 void ggml_cpu_set_dot_resid_avx2(ggml_vec_dot2_t *t) { set_int_dots(nullptr, t, nullptr); }
 
-void ggml_quantize_resid_q8_K_avx2(const float *r, const void *q, void *y, int64_t n) { quantize_row_q8_K_resid(r, q, y, n); }
+// GGML_PREC_HIGH's q8_K residual on the grid of the row's blocks (ggml-quants.h)
+void ggml_quantize_resid_q8_K_avx2(const float *r, const void *vq, void *vy, int64_t n) {
+    const block_q8_K *q = (const block_q8_K *)vq;
+    block_q8_K *y = (block_q8_K *)vy;
+    for (int64_t i = 0; i < n / QK_K; i++, r += QK_K) {
+        const float step = q[i].d / 128.0f;
+        q8_K_block(r, step, step >= FLT_MIN ? 1.0f / step : 0.0f, &y[i]);
+    }
+}
 
 void ggml_cpu_set_kernels_avx2(struct ggml_cpu_type_traits *t) {
     t[GGML_TYPE_Q4_0].vec_dot = vec_dot_q4_0_q8_0;
