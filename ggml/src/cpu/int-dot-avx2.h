@@ -46,8 +46,8 @@ inline __m256i move_bits(__m256i v, int from, int to) {
 // hidden from GCC: in the one-row kernels it otherwise rebuilt such set1
 // vectors inside the loop from a general register (mov, vmovd, vpbroadcast:
 // two vector uops each, every group) rather than keep them in registers
-// (Zen 4 VM, AVX2 forced, one thread in cache: Q4_0 mat-vec `high` 14.1 ->
-// 14.8 GB/s, Q4_1 13.1 -> 14.3). Not in the prompt tiles, whose rows take
+// (Zen 4 VM, AVX2 forced, one thread in cache: Q4_0 mat-vec `high` 14.2 ->
+// 14.7 GB/s, Q4_1 13.1 -> 14.3). Not in the prompt tiles, whose rows take
 // the registers: there the rebuilds were the cheaper choice (hidden, 64
 // columns in cache ran 1-3% slower).
 struct loop_consts {
@@ -69,7 +69,6 @@ inline __m256i dpbusd(__m256i acc, __m256i u, __m256i s, __m256i ones) {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones));
 #endif
 }
-inline __m256i dpbusd(__m256i acc, __m256i u, __m256i s) { return dpbusd(acc, u, s, _mm256_set1_epi16(1)); }
 // acc + per s32 lane the sum of two s16 x s16 products
 inline __m256i dpwssd(__m256i acc, __m256i a, __m256i b) {
 #if GGML_AVX2_VNNI
