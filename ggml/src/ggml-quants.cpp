@@ -352,15 +352,7 @@ void quantize_row_q8_K_ref(const float *x, void *vy, int64_t n) {
     }
 }
 
-void quantize_row_q8_K_resid_ref(const float *r, const void *vq, void *vy, int64_t n) {
-    const block_q8_K *q = (const block_q8_K *)vq;
-    block_q8_K *y = (block_q8_K *)vy;
-    for (int64_t i = 0; i < n / QK_K; i++, r += QK_K) {
-        // a grid step below FLT_MIN (|x| < 1.9e-34 over the block) holds no residual: 1 / step would overflow
-        const float step = q[i].d / 128;
-        q8_K_block(r, step, step >= FLT_MIN ? 1.0f / step : 0.0f, &y[i]);
-    }
-}
+void quantize_row_q8_K_resid_ref(const float *r, const void *vq, void *vy, int64_t n) { ggml_q8_K_resid_rows(r, vq, vy, n, q8_K_block); }
 
 void dequantize_row_q8_K(const void *vx, float *y, int64_t n) {
     const block_q8_K *x = (const block_q8_K *)vx;

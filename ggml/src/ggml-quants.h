@@ -2,6 +2,8 @@
 // format) and the portable reference kernels for each type.
 #pragma once
 
+#include <float.h>
+
 #include "ggml.h"
 
 #ifdef __cplusplus
@@ -83,5 +85,21 @@ void ggml_vec_dot_f16_f32_ref(int64_t n, float *s, const void *x, const void *y)
 void ggml_vec_dot_bf16_f32_ref(int64_t n, float *s, const void *x, const void *y);
 
 #ifdef __cplusplus
+}
+#endif
+
+#ifdef __cplusplus
+// The rows of GGML_PREC_HIGH's q8_K residual (quantize_row_q8_K_resid_ref):
+// the one loop and grid rule of every converter, each passing its own block
+// quantizer, block(x, d, 1 / d or 0, y).
+template <class Block>
+inline void ggml_q8_K_resid_rows(const float *r, const void *vq, void *vy, int64_t n, Block block) {
+    const block_q8_K *q = (const block_q8_K *)vq;
+    block_q8_K *y = (block_q8_K *)vy;
+    for (int64_t i = 0; i < n / QK_K; i++, r += QK_K) {
+        // a grid step below FLT_MIN (|x| < 1.9e-34 over the block) holds no residual: 1 / step would overflow
+        const float step = q[i].d / 128;
+        block(r, step, step >= FLT_MIN ? 1.0f / step : 0.0f, &y[i]);
+    }
 }
 #endif

@@ -469,14 +469,7 @@ const ggml_q8x_kernels *ggml_cpu_q8x_avx2(void) {
 void ggml_cpu_set_dot_resid_avx2(ggml_vec_dot2_t *t) { set_int_dots(nullptr, t, nullptr); }
 
 // GGML_PREC_HIGH's q8_K residual on the grid of the row's blocks (ggml-quants.h)
-void ggml_quantize_resid_q8_K_avx2(const float *r, const void *vq, void *vy, int64_t n) {
-    const block_q8_K *q = (const block_q8_K *)vq;
-    block_q8_K *y = (block_q8_K *)vy;
-    for (int64_t i = 0; i < n / QK_K; i++, r += QK_K) {
-        const float step = q[i].d / 128.0f;
-        q8_K_block(r, step, step >= FLT_MIN ? 1.0f / step : 0.0f, &y[i]);
-    }
-}
+void ggml_quantize_resid_q8_K_avx2(const float *r, const void *vq, void *vy, int64_t n) { ggml_q8_K_resid_rows(r, vq, vy, n, q8_K_block); }
 
 void ggml_cpu_set_kernels_avx2(struct ggml_cpu_type_traits *t) {
     t[GGML_TYPE_Q4_0].vec_dot = vec_dot_q4_0_q8_0;
