@@ -193,11 +193,12 @@ constexpr bool folded_tile() { return S >= 0 && !SPLIT; }
 // sums, which both kernels then round alike).
 // PF: the mat-vec's pairs of groups on rows packed by pack_pair_fields,
 // which puts a pair's offsets, folded, and its scales in two lines: a pair
-// then reads ten lines, not twelve, and no shift or blend. Where |S| < 2^22
-// (q8x; q8xh with |u + o| <= 8) the offsets carry the magic bits and the
-// float step is one fmsub, the value the conversion and multiply give.
+// then reads ten lines, not twelve, and no shift or blend. Where the magic
+// bits fit, the offsets carry them and its float step is one fmsub too.
+// Whether a block's |S| < 2^22, so that the magic bits fit: q8x; q8xh only
+// for |u + o| <= 8 (q4_0).
 template <int S, bool H>
-constexpr bool pair_magic() { return !H || S <= 3; }
+constexpr bool magic_fits() { return !H || S <= 3; }
 // A pair of groups' lane sums a, b folded per block: block b's totals of a
 // in lanes 4b and 4b + 2, of b in 4b + 1 and 4b + 3.
 inline __m512i fold_pair(__m512i a, __m512i b) {
@@ -213,7 +214,7 @@ __attribute__((always_inline)) inline void q8x_tile_fold(int64_t ng, int64_t nfu
                                                          size_t ss, float *accv, int flags) {
     constexpr size_t GROUP = H ? GGML_Q8XH_GROUP : GGML_Q8X_GROUP;
     constexpr size_t DY = H ? 256 : 128, NS = DY + 64, SD = DY + 128;
-    constexpr bool MAGIC = NR > 1 && (!H || S <= 3);
+    constexpr bool MAGIC = NR > 1 && magic_fits<S, H>();
     constexpr int SETS = (NC + 3) / 4;
     constexpr float FM = 12582912.0f;  // 1.5 2^23, bits 0x4B400000
     // the magic bits in lane 4 b of each block only: the fold adds them once
@@ -256,7 +257,7 @@ __attribute__((always_inline)) inline void q8x_tile_fold(int64_t ng, int64_t nfu
         } else {
             dy = pair_scales(ya, yb, DY);
         }
-        constexpr bool PM = PF ? pair_magic<S, H>() : MAGIC;
+        constexpr bool PM = PF ? magic_fits<S, H>() : MAGIC;
         const __m512 f = PM ? _mm512_fmsub_ps(_mm512_castsi512_ps(sum), dy, _mm512_mul_ps(dy, _mm512_set1_ps(FM)))
                             : _mm512_mul_ps(_mm512_cvtepi32_ps(sum), dy);
         acc[0][0] = _mm512_fmadd_ps(f, w0.d, acc[0][0]);
@@ -428,7 +429,7 @@ void dot_q8x_n(int64_t k, const void *x, const void *y, size_t ys, float *s, siz
 // The rows of the folded types' one-row kernel (PF): for each pair of groups
 // g, g + 1 (g even), in the sd fields of the two (which no folded kernel
 // reads), the pair's offsets as the kernel's fold would sum them (ns << S
-// over a block's lanes, plus the magic bits where pair_magic: block b's of
+// over a block's lanes, plus the magic bits where magic_fits: block b's of
 // g in lane 4b, of g + 1 in lane 4b + 1), then the pair's scales dy as the
 // plain kernel blends them. A pair's fields then take two lines instead of
 // four (q8xh rows of 11008 elements touch 27.5 KB, not 33, of the 32 KB L1d
@@ -439,7 +440,7 @@ void dot_q8x_n(int64_t k, const void *x, const void *y, size_t ys, float *s, siz
 template <class X, bool H>
 void pack_pair_fields(void *vy, int64_t k) {
     constexpr size_t GROUP = H ? GGML_Q8XH_GROUP : GGML_Q8X_GROUP, DY = H ? 256 : 128, NS = DY + 64, SD = DY + 128;
-    const __m512i magic = _mm512_set1_epi32(pair_magic<X::S, H>() ? 0x4B400000 : 0);
+    const __m512i magic = _mm512_set1_epi32(magic_fits<X::S, H>() ? 0x4B400000 : 0);
     uint8_t *y = (uint8_t *)vy;
     const int64_t ng = (k + 127) / 128;
     for (int64_t g = 0; g + 1 < ng; g += 2) {
